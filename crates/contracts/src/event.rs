@@ -1,0 +1,397 @@
+//! The ledger's unit: [`RuntimeEvent`], and the kinds of fact it records (DESIGN.md §1, §9).
+//!
+//! This is a durable format. Field names and `kind` spellings are stable; new kinds and
+//! new optional fields may be added, nothing is renamed as a side effect.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Access, AttemptId, Envelope, ExecutionMode, FinishReason, Outcome, ReasoningPart, RunId, Seq,
+    SessionId, ToolCall, ToolCallId, TurnId, Usage,
+};
+
+/// One fact in a session's ledger.
+///
+/// Serialized as one flat JSON object: `seq`, `session_id`, `turn_id`, `run_id`, `ts`,
+/// `kind`, and the kind's own fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeEvent {
+    /// Per-session position, gap-free from 1.
+    pub seq: Seq,
+    /// The session.
+    pub session_id: SessionId,
+    /// The turn, where the fact belongs to one.
+    pub turn_id: Option<TurnId>,
+    /// The run, where the fact belongs to one.
+    pub run_id: Option<RunId>,
+    /// When it was recorded (UTC).
+    pub ts: DateTime<Utc>,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// Where a child session came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lineage {
+    /// The parent session.
+    pub parent_session_id: SessionId,
+    /// The parent's run that spawned it.
+    pub parent_run_id: RunId,
+    /// The parent's turn.
+    pub parent_turn_id: TurnId,
+    /// The parent's `spawn_agent` call.
+    pub parent_call_id: ToolCallId,
+}
+
+/// The boundary commands and file tools run inside (DESIGN.md §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxMode {
+    /// OS containment; a tool refuses when it cannot be enforced.
+    #[default]
+    Managed,
+    /// No containment, by explicit user choice.
+    Bypass,
+}
+
+/// How permission requests are answered for a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalMode {
+    /// Ask the user at a terminal.
+    Ask,
+    /// Allow every request.
+    Auto,
+    /// Deny every request.
+    Deny,
+}
+
+/// A gate's answer for one tool call, as recorded in `gate_decision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The call may run without asking.
+    Allow,
+    /// The call is refused.
+    Refuse,
+    /// The call needs consent: a permission request follows.
+    Ask,
+    /// Shadow mode withholds the call.
+    Shadow,
+}
+
+/// The answer to a permission request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionAnswer {
+    /// Allow this call.
+    AllowOnce,
+    /// Allow this tool for the rest of the session (a durable grant).
+    AllowSession,
+    /// Deny: the call is refused.
+    Deny,
+}
+
+/// Usage summed over responses. Responses that reported no usage are counted, so a total
+/// is never silently understated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct UsageTotals {
+    /// Sum of reported input tokens.
+    pub input_tokens: u64,
+    /// Sum of reported output tokens.
+    pub output_tokens: u64,
+    /// Sum of reported cached input tokens.
+    pub cached_input_tokens: u64,
+    /// Sum of reported reasoning tokens.
+    pub reasoning_tokens: u64,
+    /// Model responses counted.
+    pub responses: u64,
+    /// Of those, responses whose usage was not (fully) reported.
+    pub responses_without_usage: u64,
+}
+
+impl UsageTotals {
+    /// Adds one response's usage.
+    pub fn add(&mut self, usage: &Usage) {
+        self.responses += 1;
+        match (usage.input_tokens, usage.output_tokens) {
+            (Some(input), Some(output)) => {
+                self.input_tokens += input;
+                self.output_tokens += output;
+            }
+            (input, output) => {
+                self.input_tokens += input.unwrap_or(0);
+                self.output_tokens += output.unwrap_or(0);
+                self.responses_without_usage += 1;
+            }
+        }
+        self.cached_input_tokens += usage.cached_input_tokens.unwrap_or(0);
+        self.reasoning_tokens += usage.reasoning_tokens.unwrap_or(0);
+    }
+}
+
+/// What a [`RuntimeEvent`] records. Tagged by `kind` (snake_case) on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A session began. Always seq 1.
+    SessionCreated {
+        /// The workspace root (canonical path).
+        workspace: String,
+        /// The model spec (`openai:gpt-4o`, `scripted:fix.json`).
+        model: String,
+        /// The session's envelope.
+        envelope: Envelope,
+        /// The execution mode that binds every run of the session.
+        mode: ExecutionMode,
+        /// Set for child sessions.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lineage: Option<Lineage>,
+    },
+    /// The session was sealed: it never runs agent code again.
+    SessionSealed {
+        /// Why.
+        reason: String,
+    },
+    /// A turn began with the user's input.
+    TurnStarted {
+        /// The input text.
+        input: String,
+    },
+    /// A run of the loop began for the turn.
+    RunStarted {
+        /// Execution mode.
+        mode: ExecutionMode,
+        /// Boundary for tools.
+        sandbox: SandboxMode,
+        /// How permission requests are answered.
+        approval: ApprovalMode,
+        /// The explicit step ceiling, if one was set.
+        max_steps: Option<u32>,
+        /// The run this one continues (for resumed turns).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resumes: Option<RunId>,
+    },
+    /// The run's composition baseline, recorded once per run.
+    RunComposition {
+        /// Provider name (`openai`, `scripted`).
+        provider: String,
+        /// Model name.
+        model: String,
+        /// The model's context window in tokens, when known.
+        context_window: Option<u64>,
+        /// The system prompt sent on every request of this run.
+        system_prompt: String,
+        /// SHA-256 of the system prompt.
+        system_prompt_sha256: String,
+        /// Tool names offered, in order.
+        tools: Vec<String>,
+        /// SHA-256 of the serialized tool definitions.
+        tools_sha256: String,
+    },
+    /// A request was sent to the model.
+    ModelRequested {
+        /// Step number within the run, from 1.
+        step: u32,
+        /// Messages in the projected request.
+        messages: u64,
+        /// SHA-256 of the serialized request.
+        request_sha256: String,
+    },
+    /// The model's whole response.
+    ModelResponse {
+        /// Visible text.
+        text: String,
+        /// Reasoning blocks, byte-exact.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<ReasoningPart>,
+        /// Proposed tool calls.
+        tool_calls: Vec<ToolCall>,
+        /// Reported usage.
+        usage: Usage,
+        /// Why the model stopped.
+        finish_reason: FinishReason,
+    },
+    /// A gate's decision for a call.
+    GateDecision {
+        /// The call.
+        call_id: ToolCallId,
+        /// The tool.
+        tool: String,
+        /// The decision.
+        decision: Decision,
+        /// The rule or refusal text behind it.
+        reason: String,
+    },
+    /// Consent was requested for a call.
+    PermissionRequested {
+        /// The call.
+        call_id: ToolCallId,
+        /// The tool.
+        tool: String,
+        /// The tool's real access kind.
+        access: Access,
+        /// The call's arguments, as shown to the user.
+        arguments: serde_json::Value,
+    },
+    /// Consent was answered.
+    PermissionSettled {
+        /// The call.
+        call_id: ToolCallId,
+        /// The tool.
+        tool: String,
+        /// The tool's real access kind.
+        access: Access,
+        /// The answer.
+        answer: PermissionAnswer,
+        /// Who answered (`user`, `approval=auto`, `rule:…`, `grant`).
+        by: String,
+    },
+    /// A tool is about to be invoked. Committed durably before any effect.
+    ToolAttemptPrepared {
+        /// The call.
+        call_id: ToolCallId,
+        /// This attempt.
+        attempt_id: AttemptId,
+        /// The tool.
+        tool: String,
+        /// SHA-256 of the canonical JSON arguments.
+        arguments_sha256: String,
+    },
+    /// The answer to a call, whatever its outcome.
+    ToolResult {
+        /// The call.
+        call_id: ToolCallId,
+        /// The attempt, when the tool was invoked.
+        attempt_id: Option<AttemptId>,
+        /// The tool.
+        tool: String,
+        /// How it ended.
+        outcome: Outcome,
+        /// The text the model sees.
+        content: String,
+        /// Size of `content` in bytes.
+        bytes: u64,
+    },
+    /// Shadow mode withheld a call; this is what it would have done.
+    ShadowIntent {
+        /// The call.
+        call_id: ToolCallId,
+        /// The tool.
+        tool: String,
+        /// Its arguments.
+        arguments: serde_json::Value,
+    },
+    /// The run ended with a tool-free answer.
+    RunCompleted {
+        /// Why.
+        reason: String,
+        /// Usage totals for the run.
+        usage: UsageTotals,
+    },
+    /// The run ended in failure.
+    RunFailed {
+        /// Why.
+        reason: String,
+        /// Usage totals for the run.
+        usage: UsageTotals,
+    },
+    /// The run stopped early and can be resumed (budget, step ceiling, waiting).
+    RunSuspended {
+        /// Why.
+        reason: String,
+        /// Usage totals for the run.
+        usage: UsageTotals,
+    },
+    /// The run was cancelled; every open call was answered `cancelled`.
+    RunCancelled {
+        /// Why.
+        reason: String,
+        /// Usage totals for the run.
+        usage: UsageTotals,
+    },
+}
+
+impl EventKind {
+    /// The `kind` spelling on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::SessionCreated { .. } => "session_created",
+            EventKind::SessionSealed { .. } => "session_sealed",
+            EventKind::TurnStarted { .. } => "turn_started",
+            EventKind::RunStarted { .. } => "run_started",
+            EventKind::RunComposition { .. } => "run_composition",
+            EventKind::ModelRequested { .. } => "model_requested",
+            EventKind::ModelResponse { .. } => "model_response",
+            EventKind::GateDecision { .. } => "gate_decision",
+            EventKind::PermissionRequested { .. } => "permission_requested",
+            EventKind::PermissionSettled { .. } => "permission_settled",
+            EventKind::ToolAttemptPrepared { .. } => "tool_attempt_prepared",
+            EventKind::ToolResult { .. } => "tool_result",
+            EventKind::ShadowIntent { .. } => "shadow_intent",
+            EventKind::RunCompleted { .. } => "run_completed",
+            EventKind::RunFailed { .. } => "run_failed",
+            EventKind::RunSuspended { .. } => "run_suspended",
+            EventKind::RunCancelled { .. } => "run_cancelled",
+        }
+    }
+
+    /// Whether this kind ends a run.
+    pub fn is_run_terminal(&self) -> bool {
+        match self {
+            EventKind::RunCompleted { .. }
+            | EventKind::RunFailed { .. }
+            | EventKind::RunSuspended { .. }
+            | EventKind::RunCancelled { .. } => true,
+            EventKind::SessionCreated { .. }
+            | EventKind::SessionSealed { .. }
+            | EventKind::TurnStarted { .. }
+            | EventKind::RunStarted { .. }
+            | EventKind::RunComposition { .. }
+            | EventKind::ModelRequested { .. }
+            | EventKind::ModelResponse { .. }
+            | EventKind::GateDecision { .. }
+            | EventKind::PermissionRequested { .. }
+            | EventKind::PermissionSettled { .. }
+            | EventKind::ToolAttemptPrepared { .. }
+            | EventKind::ToolResult { .. }
+            | EventKind::ShadowIntent { .. } => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    #[test]
+    fn wire_shape_is_flat_with_snake_case_kind() {
+        let event = RuntimeEvent {
+            seq: Seq(6),
+            session_id: SessionId(Uuid::nil()),
+            turn_id: Some(TurnId(Uuid::nil())),
+            run_id: None,
+            ts: DateTime::from_timestamp(0, 0).unwrap(),
+            kind: EventKind::ToolResult {
+                call_id: "c1".into(),
+                attempt_id: None,
+                tool: "read_file".into(),
+                outcome: Outcome::ShadowDenied,
+                content: "x".into(),
+                bytes: 1,
+            },
+        };
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(json["kind"], "tool_result");
+        assert_eq!(json["seq"], 6);
+        assert_eq!(json["outcome"], "shadow_denied");
+        assert_eq!(json["run_id"], serde_json::Value::Null);
+        assert_eq!(json["ts"], "1970-01-01T00:00:00Z");
+        let back: RuntimeEvent = serde_json::from_value(json).unwrap();
+        assert_eq!(back, event);
+        assert_eq!(back.kind.name(), "tool_result");
+    }
+}

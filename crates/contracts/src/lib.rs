@@ -1,0 +1,48 @@
+//! keel-contracts: the vocabulary every keel crate shares, and the decisions they must not
+//! re-derive.
+//!
+//! This crate holds identities ([`SessionId`], [`TurnId`], [`RunId`], [`ToolCallId`],
+//! [`AttemptId`], [`Seq`]), the durable ledger format ([`RuntimeEvent`] and [`EventKind`]),
+//! the provider-neutral model messages ([`ModelRequest`], [`ModelResponse`]), tool
+//! specifications ([`ToolSpec`]), the envelope and its pure decision functions
+//! ([`authorize_tool_invocation`], [`effects_require_consent`], [`executes_in_shadow`]), and
+//! the traits through which the kernel reaches the outside world ([`Store`],
+//! [`ModelClient`], [`Tool`], [`Clock`], [`IdGen`]).
+//!
+//! Invariants:
+//! - No I/O and no async runtime: everything here is data, pure functions or traits.
+//! - Anything serialized or hashed uses ordered collections, so digests are byte-stable.
+//! - Every policy decision lives here as a pure function; the kernel records its answer
+//!   verbatim and nothing else re-interprets the envelope.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod clock;
+mod envelope;
+mod event;
+mod ids;
+mod message;
+mod model;
+mod store;
+mod tool;
+
+pub use clock::{Clock, IdGen, SystemClock, UuidV7Ids};
+pub use envelope::{
+    Authorization, Envelope, ExecutionMode, REFUSAL_FORBIDDEN, REFUSAL_NOT_IN_READS,
+    REFUSAL_NOT_IN_WRITES, REFUSAL_PERMISSION_DENIED, REFUSAL_SHADOW, Scope,
+    authorize_tool_invocation, effects_require_consent, executes_in_shadow, requires_consent,
+};
+pub use event::{
+    ApprovalMode, Decision, EventKind, Lineage, PermissionAnswer, RuntimeEvent, SandboxMode,
+    UsageTotals,
+};
+pub use ids::{AttemptId, RunId, Seq, SessionId, ToolCallId, TurnId};
+pub use message::{
+    FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, StreamDelta, ToolCall,
+    ToolDefinition, Usage,
+};
+pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};
+pub use store::{AppendError, ReadError, ResolveError, SessionStatus, SessionSummary, Store};
+pub use tool::{
+    Access, Effects, Egress, Outcome, Tool, ToolContext, ToolOutput, ToolSpec, sha256_hex,
+};

@@ -1,0 +1,195 @@
+//! Provider-neutral model messages: what the kernel sends and what a provider returns.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Outcome, ToolCallId};
+
+/// One tool call proposed by the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's id for the call (minted by the adapter when the provider sent none).
+    pub call_id: ToolCallId,
+    /// The tool name as the model spelled it.
+    pub name: String,
+    /// The parsed arguments. When they did not parse, this holds the raw text as a JSON
+    /// string and [`ToolCall::arguments_error`] says why.
+    pub arguments: serde_json::Value,
+    /// Set when the streamed arguments were not valid JSON (or were cut off): such a call
+    /// is reported to the model as malformed and never executed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_error: Option<String>,
+}
+
+/// A reasoning ("thinking") block, kept byte-exact so it can be sent back to providers that
+/// require it (Anthropic signatures, OpenAI encrypted reasoning).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasoningPart {
+    /// The visible reasoning text (empty for redacted blocks).
+    #[serde(default)]
+    pub text: String,
+    /// The provider's signature over the text, when it sends one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Opaque redacted or encrypted content to replay verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<String>,
+}
+
+/// Token usage as the provider reported it. `None` means "not reported", never zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens, including cached ones (OpenAI `prompt_tokens`; Anthropic
+    /// `input_tokens + cache_read_input_tokens + cache_creation_input_tokens`).
+    pub input_tokens: Option<u64>,
+    /// Completion tokens excluding reasoning tokens, counted once.
+    pub output_tokens: Option<u64>,
+    /// Of `input_tokens`, those served from the provider's cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_tokens: Option<u64>,
+    /// Reasoning tokens, counted separately from `output_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+}
+
+/// Why the model stopped, normalized across providers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum FinishReason {
+    /// A natural end of the answer (`stop`, `end_turn`).
+    Stop,
+    /// The model wants tool results (`tool_calls`, `tool_use`).
+    ToolCalls,
+    /// The output limit cut the answer (`length`, `max_tokens`): truncated, never a success.
+    Length,
+    /// The provider's filter stopped the answer.
+    ContentFilter,
+    /// The model refused.
+    Refusal,
+    /// Any other reason, as the provider spelled it.
+    Other(String),
+}
+
+impl From<String> for FinishReason {
+    fn from(value: String) -> Self {
+        match value.as_str() {
+            "stop" | "end_turn" | "stop_sequence" => FinishReason::Stop,
+            "tool_calls" | "tool_use" | "function_call" => FinishReason::ToolCalls,
+            "length" | "max_tokens" => FinishReason::Length,
+            "content_filter" => FinishReason::ContentFilter,
+            "refusal" => FinishReason::Refusal,
+            _ => FinishReason::Other(value),
+        }
+    }
+}
+
+impl From<FinishReason> for String {
+    fn from(value: FinishReason) -> Self {
+        value.to_string()
+    }
+}
+
+impl fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FinishReason::Stop => "stop",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::Length => "length",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::Refusal => "refusal",
+            FinishReason::Other(other) => other,
+        })
+    }
+}
+
+/// One message of the projected conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// The user's input for a turn.
+    User {
+        /// The input text.
+        text: String,
+    },
+    /// A model response.
+    Assistant {
+        /// Visible text (may be empty).
+        text: String,
+        /// Reasoning blocks to send back verbatim.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<ReasoningPart>,
+        /// Proposed tool calls; each is answered by a [`Message::ToolResult`] that follows.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The answer to one tool call.
+    ToolResult {
+        /// The call this answers.
+        call_id: ToolCallId,
+        /// The tool's name.
+        tool: String,
+        /// How the call ended.
+        outcome: Outcome,
+        /// The text the model sees.
+        content: String,
+    },
+}
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// The tool name.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// Everything a provider needs for one model call, projected from the ledger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRequest {
+    /// The model name as the provider knows it.
+    pub model: String,
+    /// The system prompt (keel's instructions plus workspace instructions such as AGENTS.md).
+    pub system: String,
+    /// The conversation, oldest first; tool calls and results always paired.
+    pub messages: Vec<Message>,
+    /// Tools offered; empty means tools are off for this request.
+    pub tools: Vec<ToolDefinition>,
+    /// The number of model responses already recorded in this session's ledger.
+    /// Deterministic models (the scripted model) use it as their position.
+    pub responses_in_session: u64,
+}
+
+/// A whole model response, assembled from the stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelResponse {
+    /// Visible text.
+    pub text: String,
+    /// Reasoning blocks, kept for replay.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<ReasoningPart>,
+    /// Proposed tool calls, in the provider's order.
+    pub tool_calls: Vec<ToolCall>,
+    /// Reported usage.
+    pub usage: Usage,
+    /// Why the model stopped.
+    pub finish_reason: FinishReason,
+}
+
+/// A piece of a response while it streams, for live display only (the ledger records the
+/// assembled [`ModelResponse`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamDelta {
+    /// Visible text.
+    Text(String),
+    /// Reasoning text.
+    Reasoning(String),
+    /// A tool call started streaming.
+    ToolCallStarted {
+        /// The tool's name.
+        name: String,
+    },
+}

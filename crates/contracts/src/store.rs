@@ -1,0 +1,193 @@
+//! The [`Store`] trait: the durable, append-only ledger the kernel writes through.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::{RuntimeEvent, Seq, SessionId};
+
+/// Where a session stands, derived from its last run event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionStatus {
+    /// No run has started.
+    Idle,
+    /// A run started and has no terminal event (running, or its process died).
+    Running,
+    /// The last run completed.
+    Completed,
+    /// The last run failed.
+    Failed,
+    /// The last run was suspended.
+    Suspended,
+    /// The last run was cancelled.
+    Cancelled,
+    /// The session is sealed.
+    Sealed,
+}
+
+impl SessionStatus {
+    /// Lowercase display spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Idle => "idle",
+            SessionStatus::Running => "running",
+            SessionStatus::Completed => "completed",
+            SessionStatus::Failed => "failed",
+            SessionStatus::Suspended => "suspended",
+            SessionStatus::Cancelled => "cancelled",
+            SessionStatus::Sealed => "sealed",
+        }
+    }
+}
+
+/// One row of a session listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// The session.
+    pub id: SessionId,
+    /// When `session_created` was recorded.
+    pub created_at: DateTime<Utc>,
+    /// When the last event was recorded.
+    pub updated_at: DateTime<Utc>,
+    /// Workspace root.
+    pub workspace: String,
+    /// Model spec.
+    pub model: String,
+    /// The first turn's input, for display.
+    pub title: String,
+    /// The last seq.
+    pub last_seq: Seq,
+    /// Derived status.
+    pub status: SessionStatus,
+    /// Parent session, for children.
+    pub parent: Option<SessionId>,
+}
+
+/// Appending failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    /// Another event already sits at this seq (a second writer, or a stale view).
+    #[error("seq conflict in session {session_id}: expected {expected}, got {got}")]
+    SeqConflict {
+        /// The session.
+        session_id: SessionId,
+        /// The seq the store would accept next.
+        expected: Seq,
+        /// The seq offered.
+        got: Seq,
+    },
+    /// The batch mixes sessions or is not contiguous.
+    #[error("invalid batch: {reason}")]
+    InvalidBatch {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The backend failed (I/O, disk full, fsync).
+    #[error("ledger write failed: {message}")]
+    Backend {
+        /// The backend's message.
+        message: String,
+    },
+}
+
+/// Reading failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// A stored record does not decode (corruption or a newer format).
+    #[error("corrupt event at seq {seq} in session {session_id}: {message}")]
+    Corrupt {
+        /// The session.
+        session_id: SessionId,
+        /// The undecodable seq.
+        seq: Seq,
+        /// Why it does not decode.
+        message: String,
+    },
+    /// The backend failed.
+    #[error("ledger read failed: {message}")]
+    Backend {
+        /// The backend's message.
+        message: String,
+    },
+}
+
+/// Resolving a session id prefix failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    /// No session id starts with the prefix.
+    #[error("no session matches '{prefix}'")]
+    NotFound {
+        /// The prefix given.
+        prefix: String,
+    },
+    /// More than one session id starts with the prefix.
+    #[error("'{prefix}' matches {count} sessions; give more characters")]
+    Ambiguous {
+        /// The prefix given.
+        prefix: String,
+        /// How many matched.
+        count: usize,
+    },
+    /// The backend failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+}
+
+/// The durable ledger. Implementations: SQLite (keel-store), PostgreSQL, `MemStore`
+/// (keel-testkit).
+#[async_trait]
+pub trait Store: Send + Sync + Debug {
+    /// Appends `events`, all of one session, with contiguous seqs starting right after the
+    /// session's last seq. The batch is atomic and durable when this returns `Ok`.
+    /// Appending an event identical to the one already stored at its seq is a no-op.
+    ///
+    /// # Errors
+    ///
+    /// [`AppendError::SeqConflict`] when a different event holds the seq;
+    /// [`AppendError::Backend`] when nothing was written.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the batch was either wholly written or not at all.
+    async fn append(&self, events: &[RuntimeEvent]) -> Result<(), AppendError>;
+
+    /// Events of `session_id` with seq greater than `after`, in seq order.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Corrupt`] when a stored record does not decode.
+    async fn read(&self, session_id: SessionId, after: Seq)
+    -> Result<Vec<RuntimeEvent>, ReadError>;
+
+    /// Every session, newest first.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError`] when the backend fails.
+    async fn sessions(&self) -> Result<Vec<SessionSummary>, ReadError>;
+
+    /// The session whose id starts with `prefix` (case-insensitive hex, dashes optional).
+    ///
+    /// # Errors
+    ///
+    /// [`ResolveError::NotFound`] or [`ResolveError::Ambiguous`].
+    async fn resolve_session(&self, prefix: &str) -> Result<SessionId, ResolveError>;
+
+    /// Records that the user asked to cancel the session's active run (`keel stop`).
+    ///
+    /// # Errors
+    ///
+    /// [`AppendError::Backend`] when nothing was written.
+    async fn request_cancel(&self, session_id: SessionId) -> Result<(), AppendError>;
+
+    /// Takes a pending cancel request: returns whether one was pending and clears it.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError`] when the backend fails.
+    async fn take_cancel_request(&self, session_id: SessionId) -> Result<bool, ReadError>;
+}

@@ -1,0 +1,174 @@
+//! Tool specifications, the [`Tool`] trait and tool outcomes.
+
+use std::fmt::Debug;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::{SandboxMode, SessionId, ToolCallId};
+
+/// Whether a tool reads or changes the world. Declared by the tool, never inferred.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// Observes state without changing it.
+    Read,
+    /// May change files, processes or anything outside keel.
+    Write,
+}
+
+impl Access {
+    /// The wire spelling: `read` or `write`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Read => "read",
+            Access::Write => "write",
+        }
+    }
+}
+
+/// How far a tool's traffic may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Egress {
+    /// No network traffic.
+    None,
+    /// Traffic to the user's own or loopback services.
+    Internal,
+    /// Traffic to the outside world: exfiltration-shaped, so consent is required.
+    External,
+}
+
+/// The declared effects of a tool, beside its [`Access`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Effects {
+    /// Network reach.
+    pub egress: Egress,
+    /// Whether running it twice with the same arguments has the effect of running it once.
+    pub idempotent: bool,
+    /// Whether its effect can be undone.
+    pub reversible: bool,
+}
+
+impl Effects {
+    /// No network, idempotent, reversible: what a plain local read has.
+    pub const LOCAL_READ: Effects =
+        Effects { egress: Egress::None, idempotent: true, reversible: true };
+    /// No network, not idempotent, not reversible: the cautious default for a write.
+    pub const LOCAL_WRITE: Effects =
+        Effects { egress: Egress::None, idempotent: false, reversible: false };
+}
+
+/// What a tool is, as the registry and the gates see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model calls it by (`read_file`, `mcp__server__tool`).
+    pub name: String,
+    /// The description shown to the model.
+    pub description: String,
+    /// A JSON Schema (2020-12) for the arguments object.
+    pub parameters: serde_json::Value,
+    /// Declared access kind.
+    pub access: Access,
+    /// Declared effects.
+    pub effects: Effects,
+    /// Intrinsic tools are how the agent thinks (todo, plan, spawn_agent, read_tool_result):
+    /// exempt from reads/writes scope, still refusable through `forbidden`. Set only by the
+    /// registry merge for keel's own intrinsic tools; a workspace or MCP tool never is.
+    pub intrinsic: bool,
+    /// Attested by the host as a first-party read (keel's own built-in file readers); only
+    /// these and intrinsic tools execute in shadow mode.
+    pub first_party: bool,
+}
+
+/// How a tool call ended, as recorded in every `tool_result`.
+///
+/// A withheld call is never a successful one: consumers match this value, never the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The tool ran and did what was asked (a command that exited non-zero is still `ok`).
+    Ok,
+    /// The call could not be carried out: unknown tool, invalid arguments, tool failure.
+    Error,
+    /// A gate refused the call: envelope scope, `forbidden`, or a permission denial.
+    Refused,
+    /// Shadow mode withheld the call; its intent is in a `shadow_intent` event.
+    ShadowDenied,
+    /// The run was cancelled before the call finished.
+    Cancelled,
+    /// The call was prepared but no result was recorded (a crash): its effect is unknown.
+    Indeterminate,
+}
+
+impl Outcome {
+    /// The wire spelling (`ok`, `error`, `refused`, `shadow_denied`, `cancelled`,
+    /// `indeterminate`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::Refused => "refused",
+            Outcome::ShadowDenied => "shadow_denied",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Indeterminate => "indeterminate",
+        }
+    }
+}
+
+/// What a tool returns to the kernel. Never an `Err`: failures are data for the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// `Ok` or `Error`; gates produce the other outcomes, not tools.
+    pub outcome: Outcome,
+    /// The text the model sees (UTF-8; tools make binary output safe before returning).
+    pub content: String,
+}
+
+impl ToolOutput {
+    /// A successful result.
+    pub fn ok(content: impl Into<String>) -> ToolOutput {
+        ToolOutput { outcome: Outcome::Ok, content: content.into() }
+    }
+
+    /// A failed result with a model-readable reason.
+    pub fn error(content: impl Into<String>) -> ToolOutput {
+        ToolOutput { outcome: Outcome::Error, content: content.into() }
+    }
+}
+
+/// What a tool knows about the call it serves.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The session's workspace root (canonical path).
+    pub workspace: PathBuf,
+    /// The session the call belongs to.
+    pub session_id: SessionId,
+    /// The call being served.
+    pub call_id: ToolCallId,
+    /// The boundary commands and file access must run inside.
+    pub sandbox: SandboxMode,
+}
+
+/// A tool the kernel can invoke.
+#[async_trait]
+pub trait Tool: Send + Sync + Debug {
+    /// The tool's declared specification.
+    fn spec(&self) -> &ToolSpec;
+
+    /// Runs the tool with arguments already validated against [`ToolSpec::parameters`].
+    ///
+    /// # Cancel safety
+    ///
+    /// The kernel drops this future when a run is cancelled; an implementation must leave
+    /// nothing running when dropped (child processes are killed with their process group).
+    async fn invoke(&self, context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput;
+}
+
+/// The lowercase hex SHA-256 of `bytes`, as recorded in `arguments_sha256` and the
+/// composition hashes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
