@@ -1,1 +1,35 @@
-//! placeholder
+//! keel-kernel: the durable, policy-gated turn loop (DESIGN.md §3).
+//!
+//! Entry points: [`Kernel::create_session`], [`Kernel::run_turn`] and [`Kernel::resume`].
+//! The kernel receives every adapter through [`KernelDeps`] and never names a concrete
+//! store, provider or tool.
+//!
+//! Invariants:
+//! - Every fact is appended to the ledger before anything depends on it; the next model
+//!   request is projected from durable events only ([`projection`]).
+//! - `tool_attempt_prepared` is durable before a tool is invoked; every tool call gets
+//!   exactly one `tool_result`, whatever happens (refusal, cancel, crash recovery).
+//! - Gate answers come from keel-contracts' pure decision functions and are recorded
+//!   verbatim in `gate_decision`.
+//! - Exactly one terminal event per run.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod cancel;
+mod error;
+mod kernel;
+mod ledger;
+mod permission;
+pub mod projection;
+pub mod recovery;
+mod registry;
+mod settlement;
+
+pub use cancel::Cancellation;
+pub use error::{KernelError, Result};
+pub use kernel::{
+    Instruction, Kernel, KernelDeps, NoopObserver, Observer, RunConfig, RunReport, SessionConfig,
+    TurnOutcome,
+};
+pub use permission::{PermissionHook, PermissionRequest, StaticPermissions};
+pub use registry::{Registry, RegistryError};

@@ -1,0 +1,36 @@
+//! The kernel's error type: `Err` means the runtime cannot continue; normal endings are
+//! [`TurnOutcome`](crate::TurnOutcome)s.
+
+use keel_contracts::{AppendError, ReadError, SessionId};
+
+/// Why the kernel could not carry out a request.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KernelError {
+    /// The ledger refused a write; the run is not recorded past this point.
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    /// The ledger could not be read.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// No such session in the store.
+    #[error("session {0} does not exist")]
+    SessionNotFound(SessionId),
+    /// The session's ledger does not start with `session_created`.
+    #[error("session {session_id} is malformed: {reason}")]
+    MalformedSession {
+        /// The session.
+        session_id: SessionId,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The session is sealed and never runs agent code again.
+    #[error("session {0} is sealed; it never runs agent code again")]
+    Sealed(SessionId),
+    /// `resume` without new input found nothing to continue.
+    #[error("session {0} has nothing to resume: its last turn completed; give a new task")]
+    NothingToResume(SessionId),
+}
+
+/// The kernel's result type.
+pub type Result<T> = std::result::Result<T, KernelError>;

@@ -1,0 +1,498 @@
+//! [`Kernel`]: creates sessions and drives turns through the loop of DESIGN.md §3.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_contracts::{
+    ApprovalMode, Clock, Envelope, EventKind, ExecutionMode, FinishReason, IdGen, ModelClient,
+    ModelRequest, RunId, RuntimeEvent, SandboxMode, SessionId, Store, StreamDelta, Tool, TurnId,
+    UsageTotals, sha256_hex,
+};
+
+use crate::ledger::Ledger;
+use crate::permission::PermissionHook;
+use crate::registry::Registry;
+use crate::settlement::CallState;
+use crate::{Cancellation, KernelError, Result, projection, recovery};
+
+/// Receives every durable event and every streamed delta, for display.
+pub trait Observer: Send + Sync + std::fmt::Debug {
+    /// Called after `event` is durable.
+    fn on_event(&self, event: &RuntimeEvent);
+    /// Called while a model response streams (not durable; display only).
+    fn on_delta(&self, delta: &StreamDelta);
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoopObserver;
+
+impl Observer for NoopObserver {
+    fn on_event(&self, _event: &RuntimeEvent) {}
+    fn on_delta(&self, _delta: &StreamDelta) {}
+}
+
+/// Everything the kernel reaches the world through. Chosen by the composition root.
+#[derive(Debug, Clone)]
+pub struct KernelDeps {
+    /// The ledger.
+    pub store: Arc<dyn Store>,
+    /// The model.
+    pub model: Arc<dyn ModelClient>,
+    /// The tools offered, in the order the model sees them.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// Time source.
+    pub clock: Arc<dyn Clock>,
+    /// Id source.
+    pub ids: Arc<dyn IdGen>,
+    /// Consent.
+    pub permissions: Arc<dyn PermissionHook>,
+    /// Display.
+    pub observer: Arc<dyn Observer>,
+}
+
+/// What a new session is bound to.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Workspace root (canonical).
+    pub workspace: PathBuf,
+    /// The model spec as the user gave it (`openai:gpt-4o`).
+    pub model_spec: String,
+    /// The envelope every run of the session obeys.
+    pub envelope: Envelope,
+    /// Execution mode; binds every run of the session.
+    pub mode: ExecutionMode,
+}
+
+/// Workspace instructions to put in the system prompt (AGENTS.md and the like).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instruction {
+    /// Where it came from, e.g. `AGENTS.md`.
+    pub source: String,
+    /// Its text.
+    pub text: String,
+}
+
+/// How one run is carried out.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The boundary tools run inside.
+    pub sandbox: SandboxMode,
+    /// How consent is answered (recorded; the answers come from [`KernelDeps::permissions`]).
+    pub approval: ApprovalMode,
+    /// Explicit step ceiling (model requests per run); `None` means no ceiling.
+    pub max_steps: Option<u32>,
+    /// Workspace instructions for the system prompt.
+    pub instructions: Vec<Instruction>,
+    /// How often the store is polled for a `keel stop` request.
+    pub cancel_poll: Duration,
+}
+
+/// How a turn's run ended. The ledger holds the matching terminal event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnOutcome {
+    /// The model gave a tool-free answer.
+    Completed {
+        /// The answer.
+        text: String,
+    },
+    /// The run cannot go on (provider error, truncated output, script failure).
+    Failed {
+        /// Why.
+        reason: String,
+    },
+    /// The run stopped early and can be resumed.
+    Suspended {
+        /// Why.
+        reason: String,
+    },
+    /// The run was cancelled.
+    Cancelled {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The result of driving a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunReport {
+    /// The session.
+    pub session_id: SessionId,
+    /// The turn.
+    pub turn_id: TurnId,
+    /// The run.
+    pub run_id: RunId,
+    /// How it ended.
+    pub outcome: TurnOutcome,
+    /// Usage of this run.
+    pub usage: UsageTotals,
+}
+
+/// The agent runtime kernel.
+#[derive(Debug)]
+pub struct Kernel {
+    deps: KernelDeps,
+    registry: Registry,
+}
+
+/// Identical failing calls (same tool, same arguments) allowed before further repeats
+/// are blocked.
+pub(crate) const REPEATED_FAILURE_LIMIT: u32 = 3;
+
+const BASE_PROMPT: &str = "You are keel, a coding agent working in a repository. \
+Use the tools to inspect files, change them and run commands. Work step by step, check your \
+changes (for example by running the project's tests), and when the task is done answer \
+without tool calls, saying briefly what you did.";
+
+impl Kernel {
+    /// A kernel over `deps`.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::RegistryError`] when two tools share a name or a schema does not compile.
+    pub fn new(deps: KernelDeps) -> std::result::Result<Kernel, crate::RegistryError> {
+        let registry = Registry::new(deps.tools.clone())?;
+        Ok(Kernel { deps, registry })
+    }
+
+    /// The tool registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Creates a session (`session_created` at seq 1).
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError::Append`] when the ledger refuses the write.
+    ///
+    /// # Cancel safety
+    ///
+    /// The session exists if and only if the append completed.
+    pub async fn create_session(&self, config: &SessionConfig) -> Result<SessionId> {
+        let session_id = self.deps.ids.session_id();
+        let mut ledger = Ledger::new_session(
+            session_id,
+            self.deps.store.clone(),
+            self.deps.clock.clone(),
+            self.deps.observer.clone(),
+        );
+        ledger
+            .append(
+                None,
+                None,
+                EventKind::SessionCreated {
+                    workspace: config.workspace.display().to_string(),
+                    model: config.model_spec.clone(),
+                    envelope: config.envelope.clone(),
+                    mode: config.mode,
+                    lineage: None,
+                },
+            )
+            .await?;
+        Ok(session_id)
+    }
+
+    /// Starts a new turn with `input` and drives its run to a terminal event.
+    ///
+    /// A run left without a terminal event by a dead process is closed first (its open
+    /// calls answered, see recovery), so the new turn starts from a consistent ledger.
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError`] when the ledger cannot be read or written, or the session is sealed
+    /// or malformed. Provider and tool failures are not errors: they end the run `Failed`
+    /// or become tool results.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: cancel through `cancel`, which records `run_cancelled`. If the
+    /// future is dropped anyway, the ledger stays a valid prefix and the next
+    /// `run_turn`/`resume` closes the run.
+    pub async fn run_turn(
+        &self,
+        session_id: SessionId,
+        input: &str,
+        config: &RunConfig,
+        cancel: &Cancellation,
+    ) -> Result<RunReport> {
+        let mut ledger = self.load(session_id).await?;
+        recovery::close_dangling_run(&mut ledger, self.deps.ids.as_ref()).await?;
+        let turn_id = self.deps.ids.turn_id();
+        ledger
+            .append(Some(turn_id), None, EventKind::TurnStarted { input: input.to_owned() })
+            .await?;
+        self.drive(ledger, turn_id, None, config, cancel).await
+    }
+
+    /// Resumes the session's last turn with a new run: after a crash, a cancel, a failure
+    /// or a suspension.
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError::NothingToResume`] when the last turn completed (or there is none);
+    /// otherwise as [`Kernel::run_turn`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Kernel::run_turn`].
+    pub async fn resume(
+        &self,
+        session_id: SessionId,
+        config: &RunConfig,
+        cancel: &Cancellation,
+    ) -> Result<RunReport> {
+        let mut ledger = self.load(session_id).await?;
+        recovery::close_dangling_run(&mut ledger, self.deps.ids.as_ref()).await?;
+        let Some((turn_id, last_run)) = recovery::resumable_turn(&ledger.events) else {
+            return Err(KernelError::NothingToResume(session_id));
+        };
+        self.drive(ledger, turn_id, last_run, config, cancel).await
+    }
+
+    async fn load(&self, session_id: SessionId) -> Result<Ledger> {
+        let ledger = Ledger::load(
+            session_id,
+            self.deps.store.clone(),
+            self.deps.clock.clone(),
+            self.deps.observer.clone(),
+        )
+        .await?;
+        let Some(first) = ledger.events.first() else {
+            return Err(KernelError::SessionNotFound(session_id));
+        };
+        if !matches!(first.kind, EventKind::SessionCreated { .. }) {
+            return Err(KernelError::MalformedSession {
+                session_id,
+                reason: format!("first event is {}, not session_created", first.kind.name()),
+            });
+        }
+        if ledger.events.iter().any(|event| matches!(event.kind, EventKind::SessionSealed { .. })) {
+            return Err(KernelError::Sealed(session_id));
+        }
+        Ok(ledger)
+    }
+
+    fn system_prompt(&self, workspace: &str, config: &RunConfig) -> String {
+        let mut prompt = format!("{BASE_PROMPT}\n\nWorkspace root: {workspace}");
+        for instruction in &config.instructions {
+            prompt.push_str(&format!(
+                "\n\n# Instructions from {}\n\n{}",
+                instruction.source,
+                instruction.text.trim_end()
+            ));
+        }
+        prompt
+    }
+
+    async fn drive(
+        &self,
+        mut ledger: Ledger,
+        turn_id: TurnId,
+        resumes: Option<RunId>,
+        config: &RunConfig,
+        cancel: &Cancellation,
+    ) -> Result<RunReport> {
+        let (workspace, envelope, mode) = match &ledger.events[0].kind {
+            EventKind::SessionCreated { workspace, envelope, mode, .. } => {
+                (workspace.clone(), envelope.clone(), *mode)
+            }
+            _ => unreachable!("load() checked that seq 1 is session_created"),
+        };
+        // A stop requested before this run began is stale.
+        let _ = self.deps.store.take_cancel_request(ledger.session_id).await;
+        let _watcher = StopWatcher::spawn(
+            self.deps.store.clone(),
+            ledger.session_id,
+            cancel.clone(),
+            config.cancel_poll,
+        );
+
+        let run_id = self.deps.ids.run_id();
+        let (turn, run) = (Some(turn_id), Some(run_id));
+        ledger
+            .append(
+                turn,
+                run,
+                EventKind::RunStarted {
+                    mode,
+                    sandbox: config.sandbox,
+                    approval: config.approval,
+                    max_steps: config.max_steps,
+                    resumes,
+                },
+            )
+            .await?;
+        let info = self.deps.model.info();
+        let system = self.system_prompt(&workspace, config);
+        ledger
+            .append(
+                turn,
+                run,
+                EventKind::RunComposition {
+                    provider: info.provider.clone(),
+                    model: info.model.clone(),
+                    context_window: info.context_window,
+                    system_prompt_sha256: sha256_hex(system.as_bytes()),
+                    system_prompt: system.clone(),
+                    tools: self.registry.names(),
+                    tools_sha256: self.registry.definitions_sha256(),
+                },
+            )
+            .await?;
+
+        let mut usage = UsageTotals::default();
+        let mut calls = CallState::new(
+            &self.deps,
+            &self.registry,
+            workspace.into(),
+            envelope,
+            mode,
+            config.sandbox,
+        );
+        let mut step: u32 = 0;
+        let outcome = loop {
+            if cancel.is_cancelled() {
+                break TurnOutcome::Cancelled { reason: "cancelled by the user".into() };
+            }
+            if let Some(max_steps) = config.max_steps
+                && step >= max_steps
+            {
+                break TurnOutcome::Suspended {
+                    reason: format!("step ceiling reached ({max_steps} steps); resume to continue"),
+                };
+            }
+            step += 1;
+            let request = ModelRequest {
+                model: info.model.clone(),
+                system: system.clone(),
+                messages: projection::messages(&ledger.events),
+                tools: self.registry.definitions(),
+                responses_in_session: projection::responses_in_session(&ledger.events),
+            };
+            let request_sha256 =
+                sha256_hex(serde_json::to_string(&request).unwrap_or_default().as_bytes());
+            ledger
+                .append(
+                    turn,
+                    run,
+                    EventKind::ModelRequested {
+                        step,
+                        messages: request.messages.len() as u64,
+                        request_sha256,
+                    },
+                )
+                .await?;
+            let observer = self.deps.observer.clone();
+            let on_delta = move |delta: StreamDelta| observer.on_delta(&delta);
+            let response = tokio::select! {
+                response = self.deps.model.complete(&request, &on_delta) => response,
+                () = cancel.cancelled() => {
+                    break TurnOutcome::Cancelled {
+                        reason: "cancelled by the user while the model was answering".into(),
+                    };
+                }
+            };
+            let response = match response {
+                Ok(response) => response,
+                Err(error) => {
+                    let status = error.status.map(|s| format!(" (HTTP {s})")).unwrap_or_default();
+                    break TurnOutcome::Failed {
+                        reason: format!("model error{status}: {}", error.message),
+                    };
+                }
+            };
+            usage.add(&response.usage);
+            let tool_calls = response.tool_calls.clone();
+            let finish_reason = response.finish_reason.clone();
+            let text = response.text.clone();
+            ledger
+                .append(
+                    turn,
+                    run,
+                    EventKind::ModelResponse {
+                        text: response.text,
+                        reasoning: response.reasoning,
+                        tool_calls: response.tool_calls,
+                        usage: response.usage,
+                        finish_reason: response.finish_reason,
+                    },
+                )
+                .await?;
+            if tool_calls.is_empty() {
+                break match finish_reason {
+                    FinishReason::Stop | FinishReason::ToolCalls | FinishReason::Other(_) => {
+                        TurnOutcome::Completed { text }
+                    }
+                    FinishReason::Length => TurnOutcome::Failed {
+                        reason: "the model's answer was cut off by its output limit \
+                                 (finish_reason length)"
+                            .into(),
+                    },
+                    FinishReason::ContentFilter | FinishReason::Refusal => TurnOutcome::Failed {
+                        reason: format!("the model refused or was filtered ({finish_reason})"),
+                    },
+                };
+            }
+            let mut cancelled = false;
+            for call in &tool_calls {
+                if cancelled || cancel.is_cancelled() {
+                    cancelled = true;
+                    calls.answer_cancelled(&mut ledger, turn_id, run_id, call).await?;
+                    continue;
+                }
+                calls.settle(&mut ledger, turn_id, run_id, call, cancel).await?;
+            }
+            if cancelled || cancel.is_cancelled() {
+                break TurnOutcome::Cancelled { reason: "cancelled by the user".into() };
+            }
+        };
+
+        let kind = match &outcome {
+            TurnOutcome::Completed { .. } => EventKind::RunCompleted {
+                reason: "the model answered without tool calls".into(),
+                usage,
+            },
+            TurnOutcome::Failed { reason } => {
+                EventKind::RunFailed { reason: reason.clone(), usage }
+            }
+            TurnOutcome::Suspended { reason } => {
+                EventKind::RunSuspended { reason: reason.clone(), usage }
+            }
+            TurnOutcome::Cancelled { reason } => {
+                EventKind::RunCancelled { reason: reason.clone(), usage }
+            }
+        };
+        ledger.append(turn, run, kind).await?;
+        Ok(RunReport { session_id: ledger.session_id, turn_id, run_id, outcome, usage })
+    }
+}
+
+/// Polls the store for `keel stop` requests while a run is active; stops when dropped.
+struct StopWatcher(tokio::task::JoinHandle<()>);
+
+impl StopWatcher {
+    fn spawn(
+        store: Arc<dyn Store>,
+        session_id: SessionId,
+        cancel: Cancellation,
+        every: Duration,
+    ) -> StopWatcher {
+        StopWatcher(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Ok(true) = store.take_cancel_request(session_id).await {
+                    cancel.cancel();
+                    return;
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for StopWatcher {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

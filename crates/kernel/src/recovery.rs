@@ -1,0 +1,101 @@
+//! Recovery: closing runs that a dead process left without a terminal event (DESIGN.md §6).
+//!
+//! Every call of the interrupted run is classified from the ledger alone: answered
+//! (nothing to do), not dispatched (no `tool_attempt_prepared`: answered `cancelled`), or
+//! indeterminate (prepared, no result: answered `indeterminate` and never replayed).
+
+use keel_contracts::{EventKind, IdGen, Outcome, RunId, TurnId, UsageTotals};
+
+use crate::Result;
+use crate::ledger::Ledger;
+
+/// Result text for a prepared call whose outcome is unknown.
+pub const INDETERMINATE_TEXT: &str = "indeterminate: keel stopped while this call was running, so \
+its effect is unknown. Inspect the current state before you retry it.";
+/// Result text for a call that was never dispatched.
+pub const NOT_DISPATCHED_TEXT: &str =
+    "cancelled: keel stopped before this call was executed; it did not run";
+/// Reason recorded on a run closed by recovery.
+pub const INTERRUPTED_REASON: &str =
+    "interrupted: the process driving this run stopped before the run finished";
+
+/// Closes the session's last run if it has no terminal event.
+pub(crate) async fn close_dangling_run(ledger: &mut Ledger, _ids: &dyn IdGen) -> Result<()> {
+    let Some(start) =
+        ledger.events.iter().rposition(|event| matches!(event.kind, EventKind::RunStarted { .. }))
+    else {
+        return Ok(());
+    };
+    let run_id = ledger.events[start].run_id;
+    let turn_id = ledger.events[start].turn_id;
+    let run_events = &ledger.events[start..];
+    if run_events.iter().any(|event| event.kind.is_run_terminal()) {
+        return Ok(());
+    }
+    let mut usage = UsageTotals::default();
+    let mut open = Vec::new();
+    for event in run_events {
+        match &event.kind {
+            EventKind::ModelResponse { tool_calls, usage: reported, .. } => {
+                usage.add(reported);
+                open = tool_calls
+                    .iter()
+                    .map(|call| (call.call_id.clone(), call.name.clone(), None))
+                    .collect();
+            }
+            EventKind::ToolAttemptPrepared { call_id, attempt_id, .. } => {
+                if let Some(entry) = open.iter_mut().find(|(id, _, _)| id == call_id) {
+                    entry.2 = Some(*attempt_id);
+                }
+            }
+            EventKind::ToolResult { call_id, .. } => open.retain(|(id, _, _)| id != call_id),
+            _ => {}
+        }
+    }
+    for (call_id, tool, attempt_id) in open {
+        let (outcome, text) = match attempt_id {
+            Some(_) => (Outcome::Indeterminate, INDETERMINATE_TEXT),
+            None => (Outcome::Cancelled, NOT_DISPATCHED_TEXT),
+        };
+        ledger
+            .append(
+                turn_id,
+                run_id,
+                EventKind::ToolResult {
+                    call_id,
+                    attempt_id,
+                    tool,
+                    outcome,
+                    content: text.to_owned(),
+                    bytes: text.len() as u64,
+                },
+            )
+            .await?;
+    }
+    ledger
+        .append(turn_id, run_id, EventKind::RunFailed { reason: INTERRUPTED_REASON.into(), usage })
+        .await?;
+    Ok(())
+}
+
+/// The last turn and its last run, if that turn has not completed.
+pub(crate) fn resumable_turn(
+    events: &[keel_contracts::RuntimeEvent],
+) -> Option<(TurnId, Option<RunId>)> {
+    let turn_index =
+        events.iter().rposition(|event| matches!(event.kind, EventKind::TurnStarted { .. }))?;
+    let turn_id = events[turn_index].turn_id?;
+    let mut last_run = None;
+    let mut completed = false;
+    for event in &events[turn_index..] {
+        match &event.kind {
+            EventKind::RunStarted { .. } => {
+                last_run = event.run_id;
+                completed = false;
+            }
+            EventKind::RunCompleted { .. } => completed = true,
+            _ => {}
+        }
+    }
+    if completed { None } else { Some((turn_id, last_run)) }
+}

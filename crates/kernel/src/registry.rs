@@ -1,0 +1,116 @@
+//! The active tool map: resolves a call's name to a tool and validates its arguments
+//! against the tool's JSON Schema (DESIGN.md §3 step 3).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use keel_contracts::{Tool, ToolDefinition, ToolSpec, sha256_hex};
+
+/// A tool could not be registered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Two tools share a name.
+    #[error("duplicate tool name '{0}'")]
+    Duplicate(String),
+    /// A tool's parameter schema does not compile.
+    #[error("tool '{tool}' has an invalid parameter schema: {message}")]
+    InvalidSchema {
+        /// The tool.
+        tool: String,
+        /// The schema compiler's message.
+        message: String,
+    },
+}
+
+struct Entry {
+    tool: Arc<dyn Tool>,
+    validator: jsonschema::Validator,
+}
+
+/// The tools a run offers, in a fixed order, with compiled argument validators.
+pub struct Registry {
+    entries: Vec<Entry>,
+    by_name: BTreeMap<String, usize>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("tools", &self.by_name.keys()).finish()
+    }
+}
+
+impl Registry {
+    /// Builds a registry; the order of `tools` is the order the model sees.
+    ///
+    /// # Errors
+    ///
+    /// [`RegistryError::Duplicate`] for a repeated name, [`RegistryError::InvalidSchema`]
+    /// for a schema that does not compile.
+    pub fn new(tools: Vec<Arc<dyn Tool>>) -> Result<Registry, RegistryError> {
+        let mut entries = Vec::with_capacity(tools.len());
+        let mut by_name = BTreeMap::new();
+        for tool in tools {
+            let spec = tool.spec();
+            if by_name.insert(spec.name.clone(), entries.len()).is_some() {
+                return Err(RegistryError::Duplicate(spec.name.clone()));
+            }
+            let validator = jsonschema::validator_for(&spec.parameters).map_err(|error| {
+                RegistryError::InvalidSchema { tool: spec.name.clone(), message: error.to_string() }
+            })?;
+            entries.push(Entry { tool, validator });
+        }
+        Ok(Registry { entries, by_name })
+    }
+
+    /// The tool called `name`, if registered.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.by_name.get(name).map(|&index| &self.entries[index].tool)
+    }
+
+    /// Checks `arguments` against the tool's schema; `Err` lists every violation.
+    ///
+    /// # Errors
+    ///
+    /// A model-readable list of schema violations.
+    pub fn validate(&self, name: &str, arguments: &serde_json::Value) -> Result<(), String> {
+        let Some(&index) = self.by_name.get(name) else {
+            return Err(format!("unknown tool '{name}'"));
+        };
+        let problems: Vec<String> = self.entries[index]
+            .validator
+            .iter_errors(arguments)
+            .map(|error| {
+                let path = error.instance_path().to_string();
+                if path.is_empty() { error.to_string() } else { format!("{path}: {error}") }
+            })
+            .collect();
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+    }
+
+    /// Tool names in order.
+    pub fn names(&self) -> Vec<String> {
+        self.entries.iter().map(|entry| entry.tool.spec().name.clone()).collect()
+    }
+
+    /// Specs in order.
+    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.entries.iter().map(|entry| entry.tool.spec())
+    }
+
+    /// The definitions the model sees, in order.
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        self.specs()
+            .map(|spec| ToolDefinition {
+                name: spec.name.clone(),
+                description: spec.description.clone(),
+                parameters: spec.parameters.clone(),
+            })
+            .collect()
+    }
+
+    /// SHA-256 of the serialized definitions, for `run_composition`.
+    pub fn definitions_sha256(&self) -> String {
+        sha256_hex(serde_json::to_string(&self.definitions()).unwrap_or_default().as_bytes())
+    }
+}

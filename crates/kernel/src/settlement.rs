@@ -1,0 +1,298 @@
+//! Tool settlement: resolve, validate, gate, prepare durably, invoke, record the result
+//! (DESIGN.md §3 steps 3–4). Every call that reaches here gets exactly one `tool_result`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use keel_contracts::{
+    AttemptId, Authorization, Decision, Envelope, EventKind, ExecutionMode, Outcome,
+    PermissionAnswer, REFUSAL_PERMISSION_DENIED, REFUSAL_SHADOW, RunId, SandboxMode, ToolCall,
+    ToolContext, ToolOutput, TurnId, authorize_tool_invocation, executes_in_shadow,
+    requires_consent, sha256_hex,
+};
+
+use crate::kernel::REPEATED_FAILURE_LIMIT;
+use crate::ledger::Ledger;
+use crate::permission::PermissionRequest;
+use crate::registry::Registry;
+use crate::{Cancellation, KernelDeps, Result};
+
+/// Text of a result for a call cancelled before it ran.
+pub(crate) const CANCELLED_BEFORE_RUN: &str =
+    "cancelled: the run was cancelled before this call was executed";
+/// Text of a result for a call cancelled while its tool ran.
+pub(crate) const CANCELLED_WHILE_RUNNING: &str =
+    "cancelled: the run was cancelled while this tool was running; its effect may be partial";
+
+/// Per-run state of tool settlement.
+pub(crate) struct CallState<'a> {
+    deps: &'a KernelDeps,
+    registry: &'a Registry,
+    workspace: PathBuf,
+    envelope: Envelope,
+    mode: ExecutionMode,
+    sandbox: SandboxMode,
+    /// Failed attempts per (tool, arguments digest), for blocking identical repeats.
+    failures: BTreeMap<(String, String), u32>,
+}
+
+struct Call<'c> {
+    turn: Option<TurnId>,
+    run: Option<RunId>,
+    call: &'c ToolCall,
+}
+
+impl Call<'_> {
+    async fn result(
+        &self,
+        ledger: &mut Ledger,
+        attempt_id: Option<AttemptId>,
+        outcome: Outcome,
+        content: String,
+    ) -> Result<()> {
+        let bytes = content.len() as u64;
+        ledger
+            .append(
+                self.turn,
+                self.run,
+                EventKind::ToolResult {
+                    call_id: self.call.call_id.clone(),
+                    attempt_id,
+                    tool: self.call.name.clone(),
+                    outcome,
+                    content,
+                    bytes,
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn gate(&self, ledger: &mut Ledger, decision: Decision, reason: &str) -> Result<()> {
+        ledger
+            .append(
+                self.turn,
+                self.run,
+                EventKind::GateDecision {
+                    call_id: self.call.call_id.clone(),
+                    tool: self.call.name.clone(),
+                    decision,
+                    reason: reason.to_owned(),
+                },
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+impl<'a> CallState<'a> {
+    pub(crate) fn new(
+        deps: &'a KernelDeps,
+        registry: &'a Registry,
+        workspace: PathBuf,
+        envelope: Envelope,
+        mode: ExecutionMode,
+        sandbox: SandboxMode,
+    ) -> CallState<'a> {
+        CallState { deps, registry, workspace, envelope, mode, sandbox, failures: BTreeMap::new() }
+    }
+
+    /// Answers a call that will not run because the run is being cancelled.
+    pub(crate) async fn answer_cancelled(
+        &mut self,
+        ledger: &mut Ledger,
+        turn_id: TurnId,
+        run_id: RunId,
+        call: &ToolCall,
+    ) -> Result<()> {
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call };
+        call.result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into()).await
+    }
+
+    /// Settles one call: exactly one `tool_result` is appended, unless the ledger fails.
+    pub(crate) async fn settle(
+        &mut self,
+        ledger: &mut Ledger,
+        turn_id: TurnId,
+        run_id: RunId,
+        tool_call: &ToolCall,
+        cancel: &Cancellation,
+    ) -> Result<()> {
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call };
+        let name = tool_call.name.as_str();
+
+        let Some(tool) = self.registry.get(name).cloned() else {
+            let available = self.registry.names().join(", ");
+            let text = format!("error: unknown tool '{name}'. Available tools: {available}");
+            return call.result(ledger, None, Outcome::Error, text).await;
+        };
+        if let Some(problem) = &tool_call.arguments_error {
+            let text = format!(
+                "error: the arguments of this call are not valid JSON ({problem}); it was not \
+                 executed. Send the call again with one complete JSON object."
+            );
+            return call.result(ledger, None, Outcome::Error, text).await;
+        }
+        if let Err(problems) = self.registry.validate(name, &tool_call.arguments) {
+            let text = format!("error: invalid arguments for {name}: {problems}");
+            return call.result(ledger, None, Outcome::Error, text).await;
+        }
+        let arguments_sha256 =
+            sha256_hex(serde_json::to_string(&tool_call.arguments).unwrap_or_default().as_bytes());
+        let failure_key = (name.to_owned(), arguments_sha256.clone());
+        let failed_before = self.failures.get(&failure_key).copied().unwrap_or(0);
+        if failed_before >= REPEATED_FAILURE_LIMIT {
+            let text = format!(
+                "error: blocked: this exact call already failed {failed_before} times in this \
+                 run; change the arguments or the approach"
+            );
+            return call.result(ledger, None, Outcome::Error, text).await;
+        }
+
+        let spec = tool.spec();
+        let allow_reason = match authorize_tool_invocation(spec, &self.envelope) {
+            Authorization::Allow { reason } => reason,
+            Authorization::Refuse { reason } => {
+                call.gate(ledger, Decision::Refuse, reason).await?;
+                return call.result(ledger, None, Outcome::Refused, reason.to_owned()).await;
+            }
+        };
+        if self.mode == ExecutionMode::Shadow && !executes_in_shadow(spec) {
+            call.gate(ledger, Decision::Shadow, REFUSAL_SHADOW).await?;
+            ledger
+                .append(
+                    call.turn,
+                    call.run,
+                    EventKind::ShadowIntent {
+                        call_id: tool_call.call_id.clone(),
+                        tool: name.to_owned(),
+                        arguments: tool_call.arguments.clone(),
+                    },
+                )
+                .await?;
+            return call.result(ledger, None, Outcome::ShadowDenied, REFUSAL_SHADOW.into()).await;
+        }
+        if requires_consent(spec) {
+            if let Some(seq) = session_grant(ledger, name) {
+                let reason = format!("grant: allowed for this session (permission_settled #{seq})");
+                call.gate(ledger, Decision::Allow, &reason).await?;
+            } else {
+                let reason = format!("consent required: {} access", spec.access.as_str());
+                call.gate(ledger, Decision::Ask, &reason).await?;
+                ledger
+                    .append(
+                        call.turn,
+                        call.run,
+                        EventKind::PermissionRequested {
+                            call_id: tool_call.call_id.clone(),
+                            tool: name.to_owned(),
+                            access: spec.access,
+                            arguments: tool_call.arguments.clone(),
+                        },
+                    )
+                    .await?;
+                let request = PermissionRequest {
+                    session_id: ledger.session_id,
+                    call_id: &tool_call.call_id,
+                    tool: name,
+                    access: spec.access,
+                    arguments: &tool_call.arguments,
+                };
+                let (answer, by) = tokio::select! {
+                    answer = self.deps.permissions.decide(&request) => answer,
+                    () = cancel.cancelled() => {
+                        return call
+                            .result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into())
+                            .await;
+                    }
+                };
+                ledger
+                    .append(
+                        call.turn,
+                        call.run,
+                        EventKind::PermissionSettled {
+                            call_id: tool_call.call_id.clone(),
+                            tool: name.to_owned(),
+                            access: spec.access,
+                            answer,
+                            by,
+                        },
+                    )
+                    .await?;
+                if answer == PermissionAnswer::Deny {
+                    return call
+                        .result(ledger, None, Outcome::Refused, REFUSAL_PERMISSION_DENIED.into())
+                        .await;
+                }
+            }
+        } else {
+            call.gate(ledger, Decision::Allow, allow_reason).await?;
+        }
+
+        let attempt_id = self.deps.ids.attempt_id();
+        ledger
+            .append(
+                call.turn,
+                call.run,
+                EventKind::ToolAttemptPrepared {
+                    call_id: tool_call.call_id.clone(),
+                    attempt_id,
+                    tool: name.to_owned(),
+                    arguments_sha256,
+                },
+            )
+            .await?;
+        let context = ToolContext {
+            workspace: self.workspace.clone(),
+            session_id: ledger.session_id,
+            call_id: tool_call.call_id.clone(),
+            sandbox: self.sandbox,
+        };
+        let arguments = tool_call.arguments.clone();
+        let task =
+            AbortOnDrop(tokio::spawn(async move { tool.invoke(&context, &arguments).await }));
+        let output = tokio::select! {
+            joined = task.join() => match joined {
+                Ok(output) => output,
+                Err(error) => ToolOutput::error(format!("error: the tool failed unexpectedly: {error}")),
+            },
+            () = cancel.cancelled() => {
+                return call
+                    .result(ledger, Some(attempt_id), Outcome::Cancelled, CANCELLED_WHILE_RUNNING.into())
+                    .await;
+            }
+        };
+        if output.outcome == Outcome::Error {
+            *self.failures.entry(failure_key).or_insert(0) += 1;
+        }
+        call.result(ledger, Some(attempt_id), output.outcome, output.content).await
+    }
+}
+
+/// The seq of an "allow for this session" answer for `tool` in this session, if any.
+fn session_grant(ledger: &Ledger, tool: &str) -> Option<u64> {
+    ledger.events.iter().find_map(|event| match &event.kind {
+        EventKind::PermissionSettled {
+            tool: granted,
+            answer: PermissionAnswer::AllowSession,
+            ..
+        } if granted == tool => Some(event.seq.0),
+        _ => None,
+    })
+}
+
+/// A spawned tool task that is aborted if its owner is dropped (cancel or crash of the
+/// driving future), so no tool outlives its run.
+struct AbortOnDrop(tokio::task::JoinHandle<ToolOutput>);
+
+impl AbortOnDrop {
+    async fn join(mut self) -> std::result::Result<ToolOutput, tokio::task::JoinError> {
+        (&mut self.0).await
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

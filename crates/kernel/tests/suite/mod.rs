@@ -1,0 +1,5 @@
+mod dependencies;
+mod gates;
+mod recovery;
+mod support;
+mod turn_loop;

@@ -1,0 +1,251 @@
+//! The harness: `check_turn`-style helpers that run the kernel against a scripted model
+//! and render the ledger as stable text.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use keel_contracts::{
+    Access, ApprovalMode, Effects, Envelope, EventKind, ExecutionMode, ModelClient,
+    PermissionAnswer, RuntimeEvent, SandboxMode, Seq, SessionId, Store, Tool, ToolContext,
+    ToolOutput, ToolSpec,
+};
+use keel_kernel::{
+    Cancellation, Instruction, Kernel, KernelDeps, NoopObserver, RunConfig, RunReport,
+    SessionConfig, StaticPermissions,
+};
+use keel_providers::ScriptedModel;
+use keel_testkit::{FakeClock, MemStore, SeqIds};
+
+/// What the fake tools did, in order: `name args`.
+pub(crate) type InvocationLog = Arc<Mutex<Vec<String>>>;
+
+/// A fake tool with a declared spec; records each invocation and answers from `reply`.
+#[derive(Debug)]
+pub(crate) struct FakeTool {
+    pub(crate) spec: ToolSpec,
+    pub(crate) log: InvocationLog,
+    pub(crate) behaviour: Behaviour,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Behaviour {
+    Reply(String),
+    Fail(String),
+    Panic,
+    Sleep(Duration),
+}
+
+#[async_trait]
+impl Tool for FakeTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn invoke(&self, _context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput {
+        self.log.lock().unwrap().push(format!("{} {arguments}", self.spec.name));
+        match &self.behaviour {
+            Behaviour::Reply(text) => ToolOutput::ok(text.clone()),
+            Behaviour::Fail(text) => ToolOutput::error(text.clone()),
+            Behaviour::Panic => panic!("fake tool panicked"),
+            Behaviour::Sleep(duration) => {
+                tokio::time::sleep(*duration).await;
+                ToolOutput::ok("slept")
+            }
+        }
+    }
+}
+
+pub(crate) fn spec(name: &str, access: Access, intrinsic: bool) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: format!("fake {name}"),
+        parameters: serde_json::json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "additionalProperties": false
+        }),
+        access,
+        effects: match access {
+            Access::Read => Effects::LOCAL_READ,
+            Access::Write => Effects::LOCAL_WRITE,
+        },
+        intrinsic,
+        first_party: access == Access::Read,
+    }
+}
+
+/// The default tool set: `read` (first-party read), `write` (write), `note` (intrinsic),
+/// `broken` (read that fails), `boom` (read that panics), `slow` (write that sleeps 60 s).
+pub(crate) fn default_tools(log: &InvocationLog) -> Vec<Arc<dyn Tool>> {
+    let tool = |name: &str, access, intrinsic, behaviour| -> Arc<dyn Tool> {
+        Arc::new(FakeTool { spec: spec(name, access, intrinsic), log: log.clone(), behaviour })
+    };
+    vec![
+        tool("read", Access::Read, false, Behaviour::Reply("contents of a".into())),
+        tool("write", Access::Write, false, Behaviour::Reply("written".into())),
+        tool("note", Access::Write, true, Behaviour::Reply("noted".into())),
+        tool("broken", Access::Read, false, Behaviour::Fail("it broke".into())),
+        tool("boom", Access::Read, false, Behaviour::Panic),
+        tool("slow", Access::Write, false, Behaviour::Sleep(Duration::from_secs(60))),
+    ]
+}
+
+/// One configured kernel over a MemStore.
+pub(crate) struct Harness {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) log: InvocationLog,
+    pub(crate) envelope: Envelope,
+    pub(crate) mode: ExecutionMode,
+    pub(crate) approval: PermissionAnswer,
+    pub(crate) max_steps: Option<u32>,
+    pub(crate) instructions: Vec<Instruction>,
+    pub(crate) ids: Arc<SeqIds>,
+    pub(crate) clock: Arc<FakeClock>,
+}
+
+impl Harness {
+    pub(crate) fn new() -> Harness {
+        Harness {
+            store: Arc::new(MemStore::new()),
+            log: Arc::default(),
+            envelope: Envelope::executor(),
+            mode: ExecutionMode::Live,
+            approval: PermissionAnswer::AllowOnce,
+            max_steps: None,
+            instructions: Vec::new(),
+            ids: Arc::new(SeqIds::new()),
+            clock: Arc::new(FakeClock::new()),
+        }
+    }
+
+    pub(crate) fn kernel_with(&self, model: Arc<dyn ModelClient>) -> Kernel {
+        Kernel::new(KernelDeps {
+            store: self.store.clone(),
+            model,
+            tools: default_tools(&self.log),
+            clock: self.clock.clone(),
+            ids: self.ids.clone(),
+            permissions: Arc::new(StaticPermissions(self.approval)),
+            observer: Arc::new(NoopObserver),
+        })
+        .unwrap()
+    }
+
+    pub(crate) fn kernel(&self, script: &str) -> Kernel {
+        let model = ScriptedModel::new(serde_json::from_str(script).unwrap(), "test-script");
+        self.kernel_with(Arc::new(model))
+    }
+
+    pub(crate) fn run_config(&self) -> RunConfig {
+        RunConfig {
+            sandbox: SandboxMode::Bypass,
+            approval: match self.approval {
+                PermissionAnswer::Deny => ApprovalMode::Deny,
+                PermissionAnswer::AllowOnce | PermissionAnswer::AllowSession => ApprovalMode::Auto,
+            },
+            max_steps: self.max_steps,
+            instructions: self.instructions.clone(),
+            cancel_poll: Duration::from_millis(50),
+        }
+    }
+
+    pub(crate) async fn session(&self, kernel: &Kernel) -> SessionId {
+        kernel
+            .create_session(&SessionConfig {
+                workspace: "/ws".into(),
+                model_spec: "scripted:test".into(),
+                envelope: self.envelope.clone(),
+                mode: self.mode,
+            })
+            .await
+            .unwrap()
+    }
+
+    /// Creates a session and runs one turn of `script` with `input`.
+    pub(crate) async fn run(&self, script: &str, input: &str) -> (RunReport, String) {
+        let kernel = self.kernel(script);
+        let session = self.session(&kernel).await;
+        let report = kernel
+            .run_turn(session, input, &self.run_config(), &Cancellation::new())
+            .await
+            .unwrap();
+        let ledger = self.render(session).await;
+        (report, ledger)
+    }
+
+    pub(crate) async fn events(&self, session: SessionId) -> Vec<RuntimeEvent> {
+        self.store.read(session, Seq(0)).await.unwrap()
+    }
+
+    pub(crate) async fn render(&self, session: SessionId) -> String {
+        render(&self.events(session).await)
+    }
+
+    pub(crate) fn invocations(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+/// The ledger as text, one event per line, ids abbreviated to their counter.
+pub(crate) fn render(events: &[RuntimeEvent]) -> String {
+    let mut out = String::new();
+    for event in events {
+        let line = match &event.kind {
+            EventKind::SessionCreated { model, mode, envelope, .. } => {
+                format!("session_created {model} {mode:?} forbidden={:?}", envelope.forbidden)
+            }
+            EventKind::SessionSealed { reason } => format!("session_sealed {reason}"),
+            EventKind::TurnStarted { input } => format!("turn_started {input:?}"),
+            EventKind::RunStarted { mode, approval, max_steps, resumes, .. } => format!(
+                "run_started {mode:?} {approval:?} max_steps={max_steps:?}{}",
+                resumes.map(|r| format!(" resumes={}", short(&r.to_string()))).unwrap_or_default()
+            ),
+            EventKind::RunComposition { provider, tools, .. } => {
+                format!("run_composition {provider} tools={}", tools.join(","))
+            }
+            EventKind::ModelRequested { step, messages, .. } => {
+                format!("model_requested step={step} messages={messages}")
+            }
+            EventKind::ModelResponse { text, tool_calls, finish_reason, .. } => {
+                let calls: Vec<String> = tool_calls
+                    .iter()
+                    .map(|c| format!("{} {} {}", c.call_id, c.name, c.arguments))
+                    .collect();
+                format!("model_response {finish_reason} {text:?} [{}]", calls.join("; "))
+            }
+            EventKind::GateDecision { call_id, decision, reason, .. } => {
+                format!("gate_decision {call_id} {decision:?} {reason}")
+            }
+            EventKind::PermissionRequested { call_id, access, .. } => {
+                format!("permission_requested {call_id} {}", access.as_str())
+            }
+            EventKind::PermissionSettled { call_id, answer, by, .. } => {
+                format!("permission_settled {call_id} {answer:?} by {by}")
+            }
+            EventKind::ToolAttemptPrepared { call_id, attempt_id, .. } => {
+                format!("tool_attempt_prepared {call_id}/{}", short(&attempt_id.to_string()))
+            }
+            EventKind::ToolResult { call_id, attempt_id, outcome, content, .. } => format!(
+                "tool_result {call_id}/{} {} {content:?}",
+                attempt_id.map(|a| short(&a.to_string())).unwrap_or_else(|| "-".into()),
+                outcome.as_str()
+            ),
+            EventKind::ShadowIntent { call_id, tool, arguments } => {
+                format!("shadow_intent {call_id} {tool} {arguments}")
+            }
+            EventKind::RunCompleted { reason, .. } => format!("run_completed {reason}"),
+            EventKind::RunFailed { reason, .. } => format!("run_failed {reason}"),
+            EventKind::RunSuspended { reason, .. } => format!("run_suspended {reason}"),
+            EventKind::RunCancelled { reason, .. } => format!("run_cancelled {reason}"),
+        };
+        out.push_str(&format!("#{} {line}\n", event.seq.0));
+    }
+    out
+}
+
+/// `00000000-0000-7000-8000-000000000007` → `id7`.
+fn short(id: &str) -> String {
+    let tail = id.rsplit('-').next().unwrap_or(id).trim_start_matches('0');
+    format!("id{tail}")
+}

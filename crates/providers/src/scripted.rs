@@ -1,0 +1,364 @@
+//! The scripted model (DESIGN.md §9): a deterministic [`ModelClient`] for offline runs,
+//! demos and tests that goes through the whole loop like any provider.
+//!
+//! The script is JSON: `{"steps": [{"text"?, "tool_calls"?: [{"name", "arguments", "id"?}],
+//! "usage"?: {"input_tokens", "output_tokens"}, "expect"?: {"last_outcomes"?, "contains"?}}]}`.
+//! Each request consumes the step at its position, which is the number of model responses
+//! already recorded in the session ([`ModelRequest::responses_in_session`]), so a resumed
+//! session continues where it stopped.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use keel_contracts::{
+    FinishReason, Message, ModelClient, ModelError, ModelErrorKind, ModelInfo, ModelRequest,
+    ModelResponse, Outcome, StreamDelta, ToolCall, ToolCallId, Usage,
+};
+use serde::Deserialize;
+
+/// A script that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScriptError {
+    /// The file could not be read.
+    #[error("cannot read script {path}: {source}")]
+    Read {
+        /// The path given.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid script.
+    #[error("invalid script {path}: {source}")]
+    Parse {
+        /// The path given.
+        path: String,
+        /// The JSON error, with line and column.
+        source: serde_json::Error,
+    },
+}
+
+/// A whole script.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    /// The replies, one per model request, in order.
+    pub steps: Vec<ScriptStep>,
+}
+
+/// One scripted reply.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptStep {
+    /// Visible text of the reply.
+    #[serde(default)]
+    pub text: String,
+    /// Tool calls of the reply.
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptCall>,
+    /// Usage to report; absent means "not reported".
+    #[serde(default)]
+    pub usage: Option<ScriptUsage>,
+    /// Checks on the request before answering.
+    #[serde(default)]
+    pub expect: Option<ScriptExpect>,
+}
+
+/// One scripted tool call.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptCall {
+    /// The call id; when absent, `call_<step>_<index>` (both from 1).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The tool name.
+    pub name: String,
+    /// The arguments object.
+    #[serde(default = "empty_object")]
+    pub arguments: serde_json::Value,
+}
+
+/// Scripted usage, in tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptUsage {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+}
+
+/// Expectations checked on the request a step answers.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptExpect {
+    /// Outcomes of the tool results sent since the last assistant message, in order.
+    #[serde(default)]
+    pub last_outcomes: Option<Vec<Outcome>>,
+    /// Text that must appear somewhere in the request (system prompt, messages or tools).
+    #[serde(default)]
+    pub contains: Option<StringOrList>,
+}
+
+/// One string or several.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum StringOrList {
+    /// One.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::json!({})
+}
+
+/// The scripted model.
+#[derive(Debug, Clone)]
+pub struct ScriptedModel {
+    script: Script,
+    name: String,
+}
+
+impl ScriptedModel {
+    /// A model that answers with `script`; `name` is reported as the model name.
+    pub fn new(script: Script, name: impl Into<String>) -> ScriptedModel {
+        ScriptedModel { script, name: name.into() }
+    }
+
+    /// Loads a script file.
+    ///
+    /// # Errors
+    ///
+    /// [`ScriptError::Read`] when the file cannot be read, [`ScriptError::Parse`] when it
+    /// is not a script (unknown fields are errors, so typos do not pass silently).
+    pub fn from_path(path: &Path) -> Result<ScriptedModel, ScriptError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ScriptError::Read { path: shown.clone(), source })?;
+        let script: Script = serde_json::from_str(&text)
+            .map_err(|source| ScriptError::Parse { path: shown.clone(), source })?;
+        Ok(ScriptedModel::new(script, shown))
+    }
+
+    /// The number of steps in the script.
+    pub fn len(&self) -> usize {
+        self.script.steps.len()
+    }
+
+    /// Whether the script has no steps.
+    pub fn is_empty(&self) -> bool {
+        self.script.steps.is_empty()
+    }
+}
+
+fn script_error(message: String) -> ModelError {
+    ModelError::new(ModelErrorKind::Script, None, message)
+}
+
+fn check_expect(
+    step_no: usize,
+    expect: &ScriptExpect,
+    request: &ModelRequest,
+) -> Result<(), ModelError> {
+    if let Some(want) = &expect.last_outcomes {
+        let got: Vec<Outcome> = request
+            .messages
+            .iter()
+            .rev()
+            .take_while(|message| matches!(message, Message::ToolResult { .. }))
+            .filter_map(|message| match message {
+                Message::ToolResult { outcome, .. } => Some(*outcome),
+                Message::User { .. } | Message::Assistant { .. } => None,
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        if &got != want {
+            let show = |outcomes: &[Outcome]| {
+                outcomes.iter().map(|o| o.as_str()).collect::<Vec<_>>().join(", ")
+            };
+            return Err(script_error(format!(
+                "script step {step_no}: expected last outcomes [{}], got [{}]",
+                show(want),
+                show(&got)
+            )));
+        }
+    }
+    if let Some(contains) = &expect.contains {
+        let haystack = serde_json::to_string(request).unwrap_or_default();
+        let haystack_plain = format!(
+            "{}\n{}",
+            request.system,
+            request
+                .messages
+                .iter()
+                .map(|message| match message {
+                    Message::User { text } => text.as_str(),
+                    Message::Assistant { text, .. } => text.as_str(),
+                    Message::ToolResult { content, .. } => content.as_str(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let needles = match contains {
+            StringOrList::One(one) => std::slice::from_ref(one).to_vec(),
+            StringOrList::Many(many) => many.clone(),
+        };
+        for needle in needles {
+            if !haystack_plain.contains(&needle) && !haystack.contains(&needle) {
+                return Err(script_error(format!(
+                    "script step {step_no}: expected the request to contain {needle:?}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl ModelClient for ScriptedModel {
+    fn info(&self) -> ModelInfo {
+        ModelInfo { provider: "scripted".into(), model: self.name.clone(), context_window: None }
+    }
+
+    /// Answers with the step at the request's position.
+    ///
+    /// # Errors
+    ///
+    /// [`ModelErrorKind::Script`] when the script has no step for the position or an
+    /// expectation fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Stateless: dropping the future loses nothing.
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        on_delta: &(dyn Fn(StreamDelta) + Send + Sync),
+    ) -> Result<ModelResponse, ModelError> {
+        let position = usize::try_from(request.responses_in_session).unwrap_or(usize::MAX);
+        let step_no = position.saturating_add(1);
+        let Some(step) = self.script.steps.get(position) else {
+            return Err(script_error(format!(
+                "script exhausted: request {step_no} but the script has {} steps",
+                self.script.steps.len()
+            )));
+        };
+        if let Some(expect) = &step.expect {
+            check_expect(step_no, expect, request)?;
+        }
+        if !step.text.is_empty() {
+            on_delta(StreamDelta::Text(step.text.clone()));
+        }
+        let tool_calls: Vec<ToolCall> = step
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(index, call)| {
+                on_delta(StreamDelta::ToolCallStarted { name: call.name.clone() });
+                ToolCall {
+                    call_id: ToolCallId(
+                        call.id.clone().unwrap_or_else(|| format!("call_{step_no}_{}", index + 1)),
+                    ),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    arguments_error: None,
+                }
+            })
+            .collect();
+        let usage = step.usage.map_or(Usage::default(), |usage| Usage {
+            input_tokens: Some(usage.input_tokens),
+            output_tokens: Some(usage.output_tokens),
+            cached_input_tokens: None,
+            reasoning_tokens: None,
+        });
+        let finish_reason =
+            if tool_calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
+        Ok(ModelResponse {
+            text: step.text.clone(),
+            reasoning: Vec::new(),
+            tool_calls,
+            usage,
+            finish_reason,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(responses_in_session: u64, messages: Vec<Message>) -> ModelRequest {
+        ModelRequest {
+            model: "m".into(),
+            system: "sys".into(),
+            messages,
+            tools: Vec::new(),
+            responses_in_session,
+        }
+    }
+
+    fn model(json: &str) -> ScriptedModel {
+        ScriptedModel::new(serde_json::from_str(json).unwrap(), "test")
+    }
+
+    #[tokio::test]
+    async fn position_comes_from_the_ledger_count() {
+        let model = model(r#"{"steps":[{"text":"one"},{"text":"two"}]}"#);
+        let reply = model.complete(&request(1, vec![]), &|_| {}).await.unwrap();
+        assert_eq!(reply.text, "two");
+        assert_eq!(reply.finish_reason, FinishReason::Stop);
+        let err = model.complete(&request(2, vec![]), &|_| {}).await.unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Script);
+        assert_eq!(err.message, "script exhausted: request 3 but the script has 2 steps");
+    }
+
+    #[tokio::test]
+    async fn calls_get_deterministic_ids_and_usage() {
+        let model = model(
+            r#"{"steps":[{"tool_calls":[{"name":"read_file","arguments":{"path":"a"}},{"id":"x","name":"bash","arguments":{"command":"true"}}],"usage":{"input_tokens":10,"output_tokens":2}}]}"#,
+        );
+        let reply = model.complete(&request(0, vec![]), &|_| {}).await.unwrap();
+        assert_eq!(reply.tool_calls[0].call_id.as_str(), "call_1_1");
+        assert_eq!(reply.tool_calls[1].call_id.as_str(), "x");
+        assert_eq!(reply.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(reply.usage.input_tokens, Some(10));
+    }
+
+    #[tokio::test]
+    async fn expectations_are_checked() {
+        let model = model(
+            r#"{"steps":[{"text":"done","expect":{"last_outcomes":["ok","refused"],"contains":"the task"}}]}"#,
+        );
+        let result = |outcome| Message::ToolResult {
+            call_id: "c".into(),
+            tool: "t".into(),
+            outcome,
+            content: String::new(),
+        };
+        let good = request(
+            0,
+            vec![
+                Message::User { text: "the task".into() },
+                result(Outcome::Ok),
+                result(Outcome::Refused),
+            ],
+        );
+        assert!(model.complete(&good, &|_| {}).await.is_ok());
+        let bad = request(0, vec![Message::User { text: "the task".into() }, result(Outcome::Ok)]);
+        let err = model.complete(&bad, &|_| {}).await.unwrap_err();
+        assert!(err.message.contains("expected last outcomes [ok, refused], got [ok]"), "{err}");
+        let missing = request(0, vec![result(Outcome::Ok), result(Outcome::Refused)]);
+        let err = model.complete(&missing, &|_| {}).await.unwrap_err();
+        assert!(err.message.contains("contain \"the task\""), "{err}");
+    }
+
+    #[test]
+    fn unknown_fields_are_errors() {
+        let err = serde_json::from_str::<Script>(r#"{"steps":[{"txt":"typo"}]}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+    }
+}
