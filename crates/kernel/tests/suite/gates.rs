@@ -147,9 +147,9 @@ proptest! {
         forbidden in proptest::collection::btree_set(prop_oneof!["read", "broken", "write", "note"], 0..4),
     ) {
         let envelope = Envelope {
-            reads: if reads_all { Scope::All } else { Scope::Tools(reads.into_iter().map(String::from).collect()) },
-            writes: if writes_all { Scope::All } else { Scope::Tools(writes.into_iter().map(String::from).collect()) },
-            forbidden: forbidden.into_iter().map(String::from).collect(),
+            reads: if reads_all { Scope::All } else { Scope::Tools(reads.into_iter().collect()) },
+            writes: if writes_all { Scope::All } else { Scope::Tools(writes.into_iter().collect()) },
+            forbidden: forbidden.into_iter().collect(),
         };
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let invoked = runtime.block_on(async {
