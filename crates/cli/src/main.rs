@@ -1,1 +1,30 @@
-fn main() {}
+//! The `keel` command: runs agent turns headless, lists and inspects sessions.
+//!
+//! Exit status (DESIGN.md §9): `0` completed, `1` failed, `2` usage or configuration
+//! error, `3` suspended, `4` denied, `130` cancelled.
+
+mod app;
+mod args;
+mod config;
+mod output;
+mod permission;
+mod provider;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("keel: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let status = runtime.block_on(app::main(cli));
+    // Tools are aborted with their run; do not wait for stray blocking work on exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    ExitCode::from(status)
+}

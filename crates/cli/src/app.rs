@@ -1,0 +1,449 @@
+//! The commands: what `keel run`, `resume`, `sessions`, `log` and `stop` do.
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use keel_contracts::{
+    ApprovalMode, Envelope, EventKind, ExecutionMode, PermissionAnswer, SandboxMode, Scope,
+    SessionId, Store, SystemClock, UuidV7Ids,
+};
+use keel_kernel::{
+    Cancellation, Instruction, Kernel, KernelDeps, PermissionHook, RunConfig, RunReport,
+    SessionConfig, StaticPermissions, TurnOutcome,
+};
+use keel_store::SqliteStore;
+
+use crate::args::{ApprovalArg, Cli, Command, ModeArg, RunOptions, SandboxArg};
+use crate::config::{self, ConfigFile};
+use crate::output::{self, Printer};
+use crate::permission::TerminalPrompt;
+use crate::provider::{UsageError, model_client};
+
+/// Exit statuses (DESIGN.md §9).
+pub(crate) mod exit {
+    pub(crate) const COMPLETED: u8 = 0;
+    pub(crate) const FAILED: u8 = 1;
+    pub(crate) const USAGE: u8 = 2;
+    pub(crate) const SUSPENDED: u8 = 3;
+    #[allow(dead_code)] // FIXME(#4): boundary denials finalize turns with this status.
+    pub(crate) const DENIED: u8 = 4;
+    pub(crate) const CANCELLED: u8 = 130;
+}
+
+/// Largest AGENTS.md put into the system prompt, in bytes.
+const MAX_INSTRUCTIONS_BYTES: u64 = 64 * 1024;
+
+pub(crate) async fn main(cli: Cli) -> u8 {
+    match dispatch(cli).await {
+        Ok(status) => status,
+        Err(error) => {
+            eprintln!("keel: {error:#}");
+            if error.downcast_ref::<UsageError>().is_some() { exit::USAGE } else { exit::FAILED }
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    match cli.command {
+        Command::Run { task, options } => run(task, options).await,
+        Command::Resume { session, task, options } => resume(&session, task, options).await,
+        Command::Sessions { json, tree } => sessions(json, tree).await,
+        Command::Log { session, json } => log(&session, json).await,
+        Command::Stop { session } => stop(&session).await,
+    }
+}
+
+fn open_store() -> anyhow::Result<(PathBuf, Arc<SqliteStore>)> {
+    let home = config::keel_home()?;
+    let path = keel_store::default_path(&home);
+    let store = SqliteStore::open(&path)
+        .with_context(|| format!("cannot open the ledger at {}", path.display()))?;
+    Ok((home, Arc::new(store)))
+}
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(message.into()))
+}
+
+/// Everything resolved from flags and config for one run.
+struct Resolved {
+    model_spec: String,
+    base_url: Option<String>,
+    envelope: Envelope,
+    mode: ExecutionMode,
+    run: RunConfig,
+    permissions: Arc<dyn PermissionHook>,
+    context_window: Option<u64>,
+}
+
+fn resolve(
+    options: &RunOptions,
+    config: &ConfigFile,
+    workspace: &Path,
+    session_model: Option<&str>,
+) -> anyhow::Result<Resolved> {
+    if options.max_tokens.is_some() || options.max_cost_usd.is_some() || options.max_time.is_some()
+    {
+        return Err(usage(
+            "--max-tokens, --max-cost-usd and --max-time are not supported in this build yet; \
+             use --max-steps",
+        ));
+    }
+    let model_spec = options
+        .model
+        .clone()
+        .or_else(|| session_model.map(str::to_owned))
+        .or_else(|| config.model.clone())
+        .ok_or_else(|| {
+            usage(
+                "no model: pass -m openai:MODEL (or scripted:PATH), or set `model` in config.toml",
+            )
+        })?;
+
+    let mode = match options.mode {
+        Some(ModeArg::Live) => ExecutionMode::Live,
+        Some(ModeArg::Shadow) => ExecutionMode::Shadow,
+        None => match config.mode.as_deref() {
+            None | Some("live") => ExecutionMode::Live,
+            Some("shadow") => ExecutionMode::Shadow,
+            Some(other) => return Err(usage(format!("config: unknown mode '{other}'"))),
+        },
+    };
+    let sandbox = match options.sandbox {
+        Some(SandboxArg::Managed) => SandboxMode::Managed,
+        Some(SandboxArg::Bypass) => SandboxMode::Bypass,
+        None => match config.sandbox.as_deref() {
+            None | Some("managed") => SandboxMode::Managed,
+            Some("bypass") => SandboxMode::Bypass,
+            Some(other) => return Err(usage(format!("config: unknown sandbox '{other}'"))),
+        },
+    };
+    let approval = match options.approval {
+        Some(ApprovalArg::Ask) => ApprovalMode::Ask,
+        Some(ApprovalArg::Auto) => ApprovalMode::Auto,
+        Some(ApprovalArg::Deny) => ApprovalMode::Deny,
+        None => match config.approval.as_deref() {
+            Some("ask") => ApprovalMode::Ask,
+            Some("auto") => ApprovalMode::Auto,
+            Some("deny") => ApprovalMode::Deny,
+            Some(other) => return Err(usage(format!("config: unknown approval '{other}'"))),
+            // Headless runs must never hang on a prompt: without a terminal the default
+            // answer is deny (fail closed).
+            None if TerminalPrompt::available() => ApprovalMode::Ask,
+            None => {
+                eprintln!(
+                    "keel: no terminal to ask for permission: writes will be refused \
+                     (pass --approval auto to allow them)"
+                );
+                ApprovalMode::Deny
+            }
+        },
+    };
+    let permissions: Arc<dyn PermissionHook> = match approval {
+        ApprovalMode::Ask => {
+            if !TerminalPrompt::available() {
+                return Err(usage("--approval ask needs a terminal; use --approval auto or deny"));
+            }
+            Arc::new(TerminalPrompt)
+        }
+        ApprovalMode::Auto => Arc::new(StaticPermissions(PermissionAnswer::AllowOnce)),
+        ApprovalMode::Deny => Arc::new(StaticPermissions(PermissionAnswer::Deny)),
+    };
+
+    let mut envelope = Envelope::executor();
+    if let Some(reads) = &config.envelope.reads {
+        envelope.reads = reads.to_scope();
+    }
+    if let Some(writes) = &config.envelope.writes {
+        envelope.writes = writes.to_scope();
+    }
+    if let Some(forbid) = &config.envelope.forbid {
+        envelope.forbidden = forbid.iter().cloned().collect();
+    }
+    if let Some(reads) = &options.reads {
+        envelope.reads = Scope::parse(reads);
+    }
+    if let Some(writes) = &options.writes {
+        envelope.writes = Scope::parse(writes);
+    }
+    if let Some(forbid) = &options.forbid {
+        envelope.forbidden = forbid
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect();
+    }
+
+    Ok(Resolved {
+        model_spec,
+        base_url: options.base_url.clone().or_else(|| config.base_url.clone()),
+        envelope,
+        mode,
+        run: RunConfig {
+            sandbox,
+            approval,
+            max_steps: options.max_steps.or(config.max_steps),
+            instructions: workspace_instructions(workspace)?,
+            cancel_poll: Duration::from_millis(250),
+        },
+        permissions,
+        context_window: options.context_window,
+    })
+}
+
+fn workspace_instructions(workspace: &Path) -> anyhow::Result<Vec<Instruction>> {
+    let path = workspace.join("AGENTS.md");
+    let file = match std::fs::File::open(&path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let mut text = String::new();
+    file.take(MAX_INSTRUCTIONS_BYTES)
+        .read_to_string(&mut text)
+        .with_context(|| format!("{} is not UTF-8 text", path.display()))?;
+    Ok(vec![Instruction { source: "AGENTS.md".into(), text }])
+}
+
+fn canonical_workspace(dir: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let dir = match dir {
+        Some(dir) => dir.to_path_buf(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let canonical = dir
+        .canonicalize()
+        .map_err(|error| usage(format!("workspace {}: {error}", dir.display())))?;
+    if !canonical.is_dir() {
+        return Err(usage(format!("workspace {} is not a directory", canonical.display())));
+    }
+    Ok(canonical)
+}
+
+fn build_kernel(
+    store: Arc<SqliteStore>,
+    resolved: &Resolved,
+    json: bool,
+) -> anyhow::Result<Kernel> {
+    let model =
+        model_client(&resolved.model_spec, resolved.base_url.as_deref(), resolved.context_window)?;
+    let deps = KernelDeps {
+        store,
+        model,
+        tools: keel_tools::builtin_tools(),
+        clock: Arc::new(SystemClock),
+        ids: Arc::new(UuidV7Ids),
+        permissions: resolved.permissions.clone(),
+        observer: Arc::new(Printer::new(json)),
+    };
+    Kernel::new(deps).context("cannot assemble the tool registry")
+}
+
+/// Cancels on the first Ctrl-C; a second one exits at once.
+fn cancel_on_ctrl_c() -> Cancellation {
+    let cancel = Cancellation::new();
+    let flag = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\nkeel: cancelling (Ctrl-C again to quit at once)");
+            flag.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(i32::from(exit::CANCELLED));
+            }
+        }
+    });
+    cancel
+}
+
+fn read_task(task: Option<String>) -> anyhow::Result<String> {
+    let task = match task {
+        Some(task) => task,
+        None => {
+            if std::io::stdin().is_terminal() {
+                return Err(usage("no task: give TASK as an argument or pipe it on stdin"));
+            }
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("cannot read the task from stdin")?;
+            text
+        }
+    };
+    if task.trim().is_empty() {
+        return Err(usage("the task is empty"));
+    }
+    Ok(task)
+}
+
+fn finish(report: &RunReport, json: bool) -> u8 {
+    match &report.outcome {
+        TurnOutcome::Completed { text } => {
+            if !json {
+                println!("{text}");
+            }
+            exit::COMPLETED
+        }
+        TurnOutcome::Failed { reason } => {
+            eprintln!("keel: run failed: {reason}");
+            exit::FAILED
+        }
+        TurnOutcome::Suspended { reason } => {
+            eprintln!(
+                "keel: run suspended: {reason}\nkeel: continue with `keel resume {}`",
+                report.session_id
+            );
+            exit::SUSPENDED
+        }
+        TurnOutcome::Cancelled { reason } => {
+            eprintln!("keel: run cancelled: {reason}");
+            exit::CANCELLED
+        }
+    }
+}
+
+async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
+    let workspace = canonical_workspace(options.workspace.as_deref())?;
+    let (home, store) = open_store()?;
+    let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
+    let resolved = resolve(&options, &config, &workspace, None)?;
+    let task = read_task(task)?;
+    let kernel = build_kernel(store, &resolved, options.json)?;
+    let session_id = kernel
+        .create_session(&SessionConfig {
+            workspace: workspace.clone(),
+            model_spec: resolved.model_spec.clone(),
+            envelope: resolved.envelope.clone(),
+            mode: resolved.mode,
+        })
+        .await?;
+    let cancel = cancel_on_ctrl_c();
+    let report = kernel.run_turn(session_id, &task, &resolved.run, &cancel).await?;
+    Ok(finish(&report, options.json))
+}
+
+async fn resolve_session(store: &SqliteStore, prefix: &str) -> anyhow::Result<SessionId> {
+    store.resolve_session(prefix).await.map_err(|error| usage(error.to_string()))
+}
+
+async fn resume(session: &str, task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
+    let (home, store) = open_store()?;
+    let session_id = resolve_session(&store, session).await?;
+    let events = store.read(session_id, keel_contracts::Seq(0)).await?;
+    let Some(EventKind::SessionCreated { workspace, model, .. }) = events.first().map(|e| &e.kind)
+    else {
+        bail!("session {session_id} has no session_created event");
+    };
+    let workspace = canonical_workspace(Some(Path::new(workspace)))?;
+    if options.workspace.is_some() {
+        eprintln!("keel: -C is ignored on resume: the session is bound to {}", workspace.display());
+    }
+    if options.mode.is_some()
+        || options.reads.is_some()
+        || options.writes.is_some()
+        || options.forbid.is_some()
+    {
+        return Err(usage(
+            "--mode, --reads, --writes and --forbid are fixed when a session is created; \
+             start a new session to change them",
+        ));
+    }
+    let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
+    let resolved = resolve(&options, &config, &workspace, Some(model))?;
+    let kernel = build_kernel(store, &resolved, options.json)?;
+    let cancel = cancel_on_ctrl_c();
+    let report = match task {
+        Some(task) if !task.trim().is_empty() => {
+            kernel.run_turn(session_id, &task, &resolved.run, &cancel).await?
+        }
+        Some(_) => return Err(usage("the task is empty")),
+        None => kernel.resume(session_id, &resolved.run, &cancel).await.map_err(
+            |error| match error {
+                keel_kernel::KernelError::NothingToResume(_)
+                | keel_kernel::KernelError::Sealed(_) => usage(error.to_string()),
+                other => anyhow::Error::new(other),
+            },
+        )?,
+    };
+    Ok(finish(&report, options.json))
+}
+
+async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
+    let (_, store) = open_store()?;
+    let sessions = store.sessions().await?;
+    if json {
+        for session in &sessions {
+            let line = serde_json::json!({
+                "session_id": session.id,
+                "created_at": session.created_at,
+                "updated_at": session.updated_at,
+                "workspace": session.workspace,
+                "model": session.model,
+                "title": session.title,
+                "last_seq": session.last_seq,
+                "status": session.status.as_str(),
+                "parent": session.parent,
+            });
+            println!("{line}");
+        }
+        return Ok(exit::COMPLETED);
+    }
+    if sessions.is_empty() {
+        eprintln!("keel: no sessions yet");
+        return Ok(exit::COMPLETED);
+    }
+    let print_row = |session: &keel_contracts::SessionSummary, depth: usize| {
+        println!(
+            "{}{}  {:<9}  {}  {}  {}",
+            "  ".repeat(depth),
+            session.id,
+            session.status.as_str(),
+            session.updated_at.format("%Y-%m-%d %H:%M:%S"),
+            session.model,
+            session.title.lines().next().unwrap_or_default()
+        );
+    };
+    if tree {
+        fn walk(
+            all: &[keel_contracts::SessionSummary],
+            parent: Option<SessionId>,
+            depth: usize,
+            print_row: &dyn Fn(&keel_contracts::SessionSummary, usize),
+        ) {
+            for session in all.iter().filter(|s| s.parent == parent) {
+                print_row(session, depth);
+                walk(all, Some(session.id), depth + 1, print_row);
+            }
+        }
+        walk(&sessions, None, 0, &print_row);
+    } else {
+        for session in &sessions {
+            print_row(session, 0);
+        }
+    }
+    Ok(exit::COMPLETED)
+}
+
+async fn log(session: &str, json: bool) -> anyhow::Result<u8> {
+    let (_, store) = open_store()?;
+    let session_id = resolve_session(&store, session).await?;
+    let events = store.read(session_id, keel_contracts::Seq(0)).await?;
+    for event in &events {
+        if json {
+            output::print_json(event);
+        } else if let Some(line) = output::human_line(event, false) {
+            println!("{line}");
+        }
+    }
+    Ok(exit::COMPLETED)
+}
+
+async fn stop(session: &str) -> anyhow::Result<u8> {
+    let (_, store) = open_store()?;
+    let session_id = resolve_session(&store, session).await?;
+    store.request_cancel(session_id).await?;
+    eprintln!("keel: stop requested for session {session_id}; its run ends at the next check");
+    Ok(exit::COMPLETED)
+}

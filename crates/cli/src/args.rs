@@ -1,0 +1,123 @@
+//! Command-line syntax (DESIGN.md §9, "CLI").
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// keel: a durable, policy-gated agent runtime.
+#[derive(Debug, Parser)]
+#[command(name = "keel", version, about, propagate_version = true)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Start a new session and run one non-interactive turn (TASK, or stdin when absent).
+    Run {
+        /// The task. Read from stdin when absent.
+        task: Option<String>,
+        #[command(flatten)]
+        options: RunOptions,
+    },
+    /// Continue a session: a new turn with TASK, or resume its interrupted run.
+    Resume {
+        /// Session id or unique prefix.
+        session: String,
+        /// New input; without it the last unfinished turn is resumed.
+        task: Option<String>,
+        #[command(flatten)]
+        options: RunOptions,
+    },
+    /// List sessions, newest first.
+    Sessions {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Children under their parents.
+        #[arg(long)]
+        tree: bool,
+    },
+    /// Print a session's ledger.
+    Log {
+        /// Session id or unique prefix.
+        session: String,
+        /// One RuntimeEvent JSON object per line (the same lines `run --json` prints).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel the session's active run.
+    Stop {
+        /// Session id or unique prefix.
+        session: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ModeArg {
+    Live,
+    Shadow,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SandboxArg {
+    Managed,
+    Bypass,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ApprovalArg {
+    Ask,
+    Auto,
+    Deny,
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct RunOptions {
+    /// Workspace root (default: the current directory).
+    #[arg(short = 'C', long = "workspace", value_name = "DIR")]
+    pub(crate) workspace: Option<PathBuf>,
+    /// openai:MODEL | openai-responses:MODEL | anthropic:MODEL | scripted:PATH
+    #[arg(short = 'm', long = "model", value_name = "SPEC")]
+    pub(crate) model: Option<String>,
+    /// The provider's endpoint, e.g. http://127.0.0.1:11434/v1 (else OPENAI_BASE_URL).
+    #[arg(long, value_name = "URL")]
+    pub(crate) base_url: Option<String>,
+    /// Explicit step ceiling (model requests per run).
+    #[arg(long, value_name = "N")]
+    pub(crate) max_steps: Option<u32>,
+    /// Print every RuntimeEvent as one JSON line on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// live (default) or shadow.
+    #[arg(long, value_enum)]
+    pub(crate) mode: Option<ModeArg>,
+    /// managed (default) or bypass.
+    #[arg(long, value_enum)]
+    pub(crate) sandbox: Option<SandboxArg>,
+    /// How permission requests are answered: ask (needs a terminal), auto, deny.
+    #[arg(long, value_enum)]
+    pub(crate) approval: Option<ApprovalArg>,
+    /// Read tools allowed: all, or TOOL,TOOL
+    #[arg(long, value_name = "all|TOOL,...")]
+    pub(crate) reads: Option<String>,
+    /// Write tools allowed: all, or TOOL,TOOL
+    #[arg(long, value_name = "all|TOOL,...")]
+    pub(crate) writes: Option<String>,
+    /// Tools never to run.
+    #[arg(long, value_name = "TOOL,...")]
+    pub(crate) forbid: Option<String>,
+    /// Token budget for the run.
+    #[arg(long, value_name = "N")]
+    pub(crate) max_tokens: Option<u64>,
+    /// Cost budget for the run, in USD.
+    #[arg(long, value_name = "X")]
+    pub(crate) max_cost_usd: Option<f64>,
+    /// Wall-clock budget for the run (e.g. 90s, 10m).
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) max_time: Option<String>,
+    /// Override the model's context window, in tokens.
+    #[arg(long, value_name = "TOKENS")]
+    pub(crate) context_window: Option<u64>,
+}

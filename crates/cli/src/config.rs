@@ -1,0 +1,108 @@
+//! Configuration: `$KEEL_HOME/config.toml` (user), `.keel/config.toml` (workspace), flags.
+//!
+//! Precedence: a CLI flag beats the workspace file, which beats the user file.
+//! A workspace file comes with the repository and may be hostile, so it can only narrow:
+//! it may set `model`, `base_url`, `max_steps` and the `[envelope]` keys, but never
+//! `sandbox` or `approval` (those are the user's, from the user file or a flag).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+/// Keys of a config file. Unknown keys are errors, so typos do not pass silently.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConfigFile {
+    pub(crate) model: Option<String>,
+    pub(crate) base_url: Option<String>,
+    pub(crate) max_steps: Option<u32>,
+    pub(crate) approval: Option<String>,
+    pub(crate) sandbox: Option<String>,
+    pub(crate) mode: Option<String>,
+    #[serde(default)]
+    pub(crate) envelope: EnvelopeConfig,
+}
+
+/// `[envelope]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EnvelopeConfig {
+    pub(crate) reads: Option<ScopeValue>,
+    pub(crate) writes: Option<ScopeValue>,
+    pub(crate) forbid: Option<Vec<String>>,
+}
+
+/// `"all"` or a list of tool names.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ScopeValue {
+    Text(String),
+    List(Vec<String>),
+}
+
+impl ScopeValue {
+    pub(crate) fn to_scope(&self) -> keel_contracts::Scope {
+        match self {
+            ScopeValue::Text(text) => keel_contracts::Scope::parse(text),
+            ScopeValue::List(names) => {
+                keel_contracts::Scope::Tools(names.iter().cloned().collect())
+            }
+        }
+    }
+}
+
+/// Where keel keeps its data: `KEEL_HOME`, else `$XDG_DATA_HOME/keel`, else
+/// `~/.local/share/keel`.
+pub(crate) fn keel_home() -> anyhow::Result<PathBuf> {
+    if let Some(home) = std::env::var_os("KEEL_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(home));
+    }
+    if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(data).join("keel"));
+    }
+    let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) else {
+        bail!("cannot find a data folder: set KEEL_HOME (or XDG_DATA_HOME or HOME)");
+    };
+    Ok(PathBuf::from(home).join(".local/share/keel"))
+}
+
+fn load(path: &Path) -> anyhow::Result<Option<ConfigFile>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let config: ConfigFile = toml::from_str(&text)
+                .with_context(|| format!("invalid config {}", path.display()))?;
+            Ok(Some(config))
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// The user file and the workspace file, merged (workspace over user).
+pub(crate) fn load_merged(keel_home: &Path, workspace: &Path) -> anyhow::Result<ConfigFile> {
+    let user = load(&keel_home.join("config.toml"))?.unwrap_or_default();
+    let workspace_path = workspace.join(".keel/config.toml");
+    let Some(local) = load(&workspace_path)? else { return Ok(user) };
+    if local.sandbox.is_some() || local.approval.is_some() {
+        bail!(
+            "{} sets `sandbox` or `approval`: a workspace config cannot widen the boundary; \
+             set them in {} or with a flag",
+            workspace_path.display(),
+            keel_home.join("config.toml").display()
+        );
+    }
+    Ok(ConfigFile {
+        model: local.model.or(user.model),
+        base_url: local.base_url.or(user.base_url),
+        max_steps: local.max_steps.or(user.max_steps),
+        approval: user.approval,
+        sandbox: user.sandbox,
+        mode: local.mode.or(user.mode),
+        envelope: EnvelopeConfig {
+            reads: local.envelope.reads.or(user.envelope.reads),
+            writes: local.envelope.writes.or(user.envelope.writes),
+            forbid: local.envelope.forbid.or(user.envelope.forbid),
+        },
+    })
+}

@@ -1,0 +1,331 @@
+//! The CLI contract of DESIGN.md §9: exit statuses, usage errors, resume, log, sessions,
+//! stop, Ctrl-C, shadow mode and approval answers, end to end through the real binary.
+
+use std::time::{Duration, Instant};
+
+use super::support::{Env, json_lines, stderr, stdout};
+
+fn scripted(env: &Env, json: &str) -> String {
+    format!("scripted:{}", env.write_script("script.json", json).display())
+}
+
+#[test]
+fn usage_errors_exit_2_with_a_message() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let ws = ws.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", "-C", ws, "-m", "nonsense", "t"], "invalid model spec"),
+        (&["run", "-C", ws, "-m", "scripted:/nonexistent.json", "t"], "cannot read script"),
+        (&["run", "-C", ws, "-m", "scripted:x", "--approval", "ask", "t"], "needs a terminal"),
+        (&["run", "-C", ws, "-m", "anthropic:claude", "t"], "not available in this build yet"),
+        (
+            &["run", "-C", ws, "-m", "scripted:x", "--max-tokens", "5", "t"],
+            "not supported in this build yet",
+        ),
+        (
+            &["run", "-C", ws, "-m", "scripted:x", "--sandbox", "loose", "t"],
+            "invalid value 'loose'",
+        ),
+        (&["run", "-C", "/nonexistent/dir", "-m", "scripted:x", "t"], "workspace /nonexistent/dir"),
+        (&["log", "zzzz"], "no session matches 'zzzz'"),
+    ];
+    for (args, message) in cases {
+        let output = env.run(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains(message), "{args:?}: {}", stderr(&output));
+    }
+}
+
+#[test]
+fn max_steps_suspends_with_exit_3_and_resume_by_prefix_completes() {
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::write(ws.join("a.txt"), "alpha\n").unwrap();
+    let model = scripted(
+        &env,
+        r#"{"steps":[
+            {"tool_calls":[{"name":"read_file","arguments":{"path":"a.txt"}}]},
+            {"text":"a.txt says alpha","expect":{"last_outcomes":["ok"],"contains":"alpha"}}
+        ]}"#,
+    );
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--max-steps",
+        "1",
+        "--json",
+        "read a.txt",
+    ]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let events = json_lines(&output);
+    assert_eq!(events.last().unwrap()["kind"], "run_suspended");
+    let session = events[0]["session_id"].as_str().unwrap().to_owned();
+
+    let listed = env.run(&["sessions"]);
+    assert!(
+        stdout(&listed).contains(&session) && stdout(&listed).contains("suspended"),
+        "{}",
+        stdout(&listed)
+    );
+
+    let prefix = &session[..13];
+    let output = env.run(&["resume", prefix]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), "a.txt says alpha");
+
+    let log = stdout(&env.run(&["log", prefix]));
+    assert!(log.contains("run_suspended") && log.contains("run_completed"), "{log}");
+    // Nothing left to resume.
+    let output = env.run(&["resume", prefix]);
+    assert_eq!(output.status.code(), Some(2));
+    // A new turn on the same session.
+    let sessions = stdout(&env.run(&["sessions", "--json"]));
+    assert!(sessions.contains("\"status\":\"completed\""), "{sessions}");
+}
+
+const READ_WRITE_BASH: &str = r#"{"steps":[
+    {"tool_calls":[
+        {"name":"read_file","arguments":{"path":"a.txt"}},
+        {"name":"write_file","arguments":{"path":"a.txt","content":"changed\n"}},
+        {"name":"bash","arguments":{"command":"echo changed > b.txt"}}
+    ]},
+    {"text":"done"}
+]}"#;
+
+fn snapshot(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn shadow_mode_leaves_the_workspace_byte_identical() {
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::write(ws.join("a.txt"), "original\n").unwrap();
+    let before = snapshot(&ws);
+    let model = scripted(&env, READ_WRITE_BASH);
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--mode",
+        "shadow",
+        "--approval",
+        "auto",
+        "--sandbox",
+        "bypass",
+        "--json",
+        "t",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(snapshot(&ws), before, "shadow mode changed the workspace");
+    let events = json_lines(&output);
+    let intents: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "shadow_intent")
+        .map(|e| e["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(intents, vec!["write_file", "bash"]);
+    let outcomes: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_result")
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, vec!["ok", "shadow_denied", "shadow_denied"]);
+    assert_eq!(events.iter().find(|e| e["kind"] == "run_started").unwrap()["mode"], "shadow");
+}
+
+#[test]
+fn approval_deny_refuses_writes_and_forbid_refuses_tools() {
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::write(ws.join("a.txt"), "original\n").unwrap();
+    let before = snapshot(&ws);
+    let model = scripted(&env, READ_WRITE_BASH);
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--approval",
+        "deny",
+        "--sandbox",
+        "bypass",
+        "--json",
+        "t",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(snapshot(&ws), before);
+    let events = json_lines(&output);
+    let outcomes: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_result")
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, vec!["ok", "refused", "refused"]);
+    let asked: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "permission_requested")
+        .map(|e| e["access"].as_str().unwrap())
+        .collect();
+    assert_eq!(asked, vec!["write", "write"]);
+
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--approval",
+        "auto",
+        "--sandbox",
+        "bypass",
+        "--forbid",
+        "bash,write_file",
+        "--json",
+        "t",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(snapshot(&ws), before);
+    let events = json_lines(&output);
+    let refusals: Vec<String> = events
+        .iter()
+        .filter(|e| e["kind"] == "gate_decision" && e["decision"] == "refuse")
+        .map(|e| e["tool"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(refusals, vec!["write_file", "bash"]);
+}
+
+#[test]
+fn without_a_terminal_the_default_approval_is_deny() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(
+        &env,
+        r#"{"steps":[{"tool_calls":[{"name":"write_file","arguments":{"path":"x","content":"y"}}]},{"text":"ok","expect":{"last_outcomes":["refused"]}}]}"#,
+    );
+    let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "t"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(stderr(&output).contains("no terminal to ask for permission"));
+    assert!(!ws.join("x").exists());
+}
+
+const LONG_COMMAND: &str = r#"{"steps":[
+    {"tool_calls":[{"name":"bash","arguments":{"command":"sleep 30; echo late > late.txt"}},{"name":"read_file","arguments":{"path":"a.txt"}}]},
+    {"text":"never"}
+]}"#;
+
+fn wait_for_prepared(env: &Env) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = env.run(&["sessions", "--json"]);
+        if let Some(line) = stdout(&listed).lines().next() {
+            let session: serde_json::Value = serde_json::from_str(line).unwrap();
+            let id = session["session_id"].as_str().unwrap().to_owned();
+            if stdout(&env.run(&["log", &id])).contains("run call_1_1: bash") {
+                return id;
+            }
+        }
+        assert!(Instant::now() < deadline, "the run never started its command");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn check_cancelled(env: &Env, session: &str, ws: &std::path::Path) {
+    let events: Vec<serde_json::Value> = stdout(&env.run(&["log", session, "--json"]))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let outcomes: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_result")
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, vec!["cancelled", "cancelled"]);
+    assert_eq!(events.last().unwrap()["kind"], "run_cancelled");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!ws.join("late.txt").exists(), "the command's process group outlived the cancel");
+}
+
+#[test]
+fn ctrl_c_cancels_with_exit_130_and_answers_every_open_call() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(&env, LONG_COMMAND);
+    let child = env
+        .keel()
+        .args([
+            "run",
+            "-C",
+            ws.to_str().unwrap(),
+            "-m",
+            &model,
+            "--approval",
+            "auto",
+            "--sandbox",
+            "bypass",
+            "t",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let session = wait_for_prepared(&env);
+    // SAFETY-free: `kill` is the ordinary command-line tool.
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    check_cancelled(&env, &session, &ws);
+}
+
+#[test]
+fn keel_stop_from_another_process_cancels_the_run() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(&env, LONG_COMMAND);
+    let child = env
+        .keel()
+        .args([
+            "run",
+            "-C",
+            ws.to_str().unwrap(),
+            "-m",
+            &model,
+            "--approval",
+            "auto",
+            "--sandbox",
+            "bypass",
+            "t",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let session = wait_for_prepared(&env);
+    let stop = env.run(&["stop", &session[..12]]);
+    assert_eq!(stop.status.code(), Some(0), "{}", stderr(&stop));
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    check_cancelled(&env, &session, &ws);
+}

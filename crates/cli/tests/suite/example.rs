@@ -1,0 +1,60 @@
+//! The README's main command: the scripted agent fixes examples/roman in a copy, and the
+//! project's own test suite goes from failing to passing.
+
+use std::process::Command;
+
+use super::support::{Env, copy_dir, json_lines, repo_root, stderr, stdout};
+
+fn unittest_passes(dir: &std::path::Path) -> bool {
+    Command::new("python3")
+        .args(["-m", "unittest", "-q"])
+        .current_dir(dir)
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+#[test]
+fn scripted_agent_fixes_the_roman_example() {
+    let env = Env::new();
+    let project = env.scratch.path().join("roman");
+    copy_dir(&repo_root().join("examples/roman"), &project);
+    assert!(!unittest_passes(&project), "the example must fail before the run");
+
+    let script = repo_root().join("examples/roman.fix.json");
+    let output = env.run(&[
+        "run",
+        "-C",
+        project.to_str().unwrap(),
+        "-m",
+        &format!("scripted:{}", script.display()),
+        "--approval",
+        "auto",
+        "--json",
+        "Fix the failing tests",
+    ]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stderr: {}\nstdout: {}",
+        stderr(&output),
+        stdout(&output)
+    );
+    assert!(unittest_passes(&project), "the example's own tests pass after the run");
+
+    let events = json_lines(&output);
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"session_created"));
+    assert_eq!(kinds.last(), Some(&"run_completed"));
+    let outcomes: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_result")
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, vec!["ok", "ok", "ok", "ok"]);
+    // The ledger kept by `keel log --json` is exactly what `--json` streamed.
+    let session = events[0]["session_id"].as_str().unwrap();
+    let log = env.run(&["log", session, "--json"]);
+    assert_eq!(stdout(&log), stdout(&output));
+}

@@ -1,0 +1,75 @@
+//! Running the `keel` binary in a private KEEL_HOME.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use tempfile::TempDir;
+
+/// A private KEEL_HOME and a scratch folder, removed on drop.
+pub(crate) struct Env {
+    pub(crate) home: TempDir,
+    pub(crate) scratch: TempDir,
+}
+
+impl Env {
+    pub(crate) fn new() -> Env {
+        Env { home: tempfile::tempdir().unwrap(), scratch: tempfile::tempdir().unwrap() }
+    }
+
+    pub(crate) fn keel(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+        command
+            .env("KEEL_HOME", self.home.path())
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs keel with `args`, returns the output.
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
+        self.keel().args(args).output().unwrap()
+    }
+
+    pub(crate) fn write_script(&self, name: &str, json: &str) -> PathBuf {
+        let path = self.scratch.path().join(name);
+        std::fs::write(&path, json).unwrap();
+        path
+    }
+
+    pub(crate) fn workspace(&self) -> PathBuf {
+        let path = self.scratch.path().join("ws");
+        std::fs::create_dir_all(&path).unwrap();
+        path
+    }
+}
+
+pub(crate) fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+pub(crate) fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub(crate) fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Parses `--json` output into events.
+pub(crate) fn json_lines(output: &Output) -> Vec<serde_json::Value> {
+    stdout(output).lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+}
+
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
