@@ -1,1 +1,35 @@
-//! placeholder
+//! keel-sandbox: the one place where keel starts processes (DESIGN.md §5).
+//!
+//! Every command keel runs goes through [`run`] with a [`CommandSpec`] and a
+//! [`SandboxMode`]. A command runs non-interactively and is always cleaned up:
+//!
+//! - It starts in a new session (`setsid`): no controlling terminal, its own process
+//!   group. Its stdin is `/dev/null`, so a prompt reads end-of-file instead of waiting.
+//! - The environment gets non-interactive defaults ([`NON_INTERACTIVE_ENV`]), which the
+//!   spec's own overrides may replace.
+//! - Completion is keyed on the exit of the spawned process plus a short drain grace
+//!   ([`DRAIN_GRACE`]), never on pipe end-of-file alone, so a background child holding the
+//!   pipes cannot hang the call.
+//! - **Leftover policy:** when the call ends (exit, timeout or cancellation by dropping the
+//!   future), the whole process group is killed with `SIGKILL`. Background jobs do not
+//!   outlive the call. A process that deliberately leaves the group (its own `setsid`)
+//!   escapes this kill; see `SECURITY.md`.
+//! - Output is captured per stream, capped (head and tail kept, the omitted byte count
+//!   stated in the text) and converted to UTF-8 lossily.
+//!
+//! In [`SandboxMode::Managed`] the command is contained by the OS or not run at all: when
+//! containment cannot be enforced, [`run`] returns [`SandboxError::Unenforceable`] and
+//! nothing is spawned. [`SandboxMode::Bypass`] runs on the host by explicit user choice.
+
+mod capture;
+mod command;
+mod error;
+mod sys;
+
+pub use capture::CapturedText;
+pub use command::{
+    CommandOutput, CommandSpec, DEFAULT_OUTPUT_CAP_BYTES, DRAIN_GRACE, NON_INTERACTIVE_ENV,
+    Termination, run,
+};
+pub use error::{Result, SandboxError};
+pub use keel_contracts::SandboxMode;

@@ -1,0 +1,355 @@
+//! The process-spawning primitive: [`CommandSpec`] in, [`CommandOutput`] out.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use keel_contracts::SandboxMode;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::time::Instant;
+
+use crate::capture::{CappedBuffer, CapturedText};
+use crate::error::{Result, SandboxError};
+use crate::sys;
+
+/// Environment every command gets unless its spec overrides a variable: nothing waits for
+/// a human (editors, pagers, credential prompts, installers).
+pub const NON_INTERACTIVE_ENV: &[(&str, &str)] = &[
+    ("GIT_EDITOR", "true"),
+    ("GIT_TERMINAL_PROMPT", "0"),
+    ("CI", "1"),
+    ("PAGER", "cat"),
+    ("GIT_PAGER", "cat"),
+    ("DEBIAN_FRONTEND", "noninteractive"),
+    ("TERM", "dumb"),
+];
+
+/// How long output is still read after the spawned process exited, before the process
+/// group is killed. Completion never waits for pipe end-of-file beyond this.
+pub const DRAIN_GRACE: Duration = Duration::from_millis(200);
+
+/// The output cap per stream when a spec does not set one.
+pub const DEFAULT_OUTPUT_CAP_BYTES: usize = 64 * 1024;
+
+/// A command to run: program, arguments, working directory, environment overrides,
+/// timeout and output cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSpec {
+    program: OsString,
+    args: Vec<OsString>,
+    cwd: PathBuf,
+    env: BTreeMap<OsString, OsString>,
+    timeout: Duration,
+    output_cap_bytes: usize,
+}
+
+impl CommandSpec {
+    /// A command running `program` (looked up in `PATH` when it has no slash) in `cwd`,
+    /// killed with its process group after `timeout`. No arguments, no environment
+    /// overrides, output capped at [`DEFAULT_OUTPUT_CAP_BYTES`] per stream.
+    pub fn new(program: impl Into<OsString>, cwd: impl Into<PathBuf>, timeout: Duration) -> Self {
+        CommandSpec {
+            program: program.into(),
+            args: Vec::new(),
+            cwd: cwd.into(),
+            env: BTreeMap::new(),
+            timeout,
+            output_cap_bytes: DEFAULT_OUTPUT_CAP_BYTES,
+        }
+    }
+
+    /// Adds one argument.
+    #[must_use]
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Adds arguments.
+    #[must_use]
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable, overriding the inherited value and
+    /// [`NON_INTERACTIVE_ENV`].
+    #[must_use]
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Caps each captured stream at `cap` bytes (half head, half tail).
+    #[must_use]
+    pub fn output_cap_bytes(mut self, cap: usize) -> Self {
+        self.output_cap_bytes = cap;
+        self
+    }
+
+    /// The program.
+    pub fn program(&self) -> &OsStr {
+        &self.program
+    }
+
+    /// The arguments.
+    pub fn arguments(&self) -> &[OsString] {
+        &self.args
+    }
+
+    /// The working directory.
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    /// The timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Termination {
+    /// It exited with this code.
+    Exited {
+        /// The exit code.
+        code: i32,
+    },
+    /// A signal ended it.
+    Signaled {
+        /// The signal number.
+        signal: i32,
+    },
+    /// It was still running at the timeout; its process group was killed.
+    TimedOut {
+        /// The timeout that expired.
+        after: Duration,
+    },
+}
+
+impl Termination {
+    fn from_status(status: ExitStatus) -> Termination {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Termination::Exited { code },
+            (None, Some(signal)) => Termination::Signaled { signal },
+            // An exit status has either a code or a signal on Unix; report the raw value.
+            (None, None) => Termination::Exited { code: status.into_raw() },
+        }
+    }
+
+    /// Whether it exited with code 0.
+    pub fn success(self) -> bool {
+        self == Termination::Exited { code: 0 }
+    }
+}
+
+impl fmt::Display for Termination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Termination::Exited { code } => write!(f, "exit code {code}"),
+            Termination::Signaled { signal } => write!(f, "killed by signal {signal}"),
+            Termination::TimedOut { after } => write!(f, "timed out after {after:?}"),
+        }
+    }
+}
+
+/// What a command did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// How it ended.
+    pub termination: Termination,
+    /// Its standard output.
+    pub stdout: CapturedText,
+    /// Its standard error.
+    pub stderr: CapturedText,
+    /// From spawn to the end of the call.
+    pub elapsed: Duration,
+    /// The last non-empty output line, from whichever stream wrote last (what a silent
+    /// command was waiting on at a timeout, e.g. a prompt).
+    pub last_line: Option<String>,
+}
+
+/// Runs a command to completion in the given boundary.
+///
+/// Returns when the spawned process has exited and its output has drained for at most
+/// [`DRAIN_GRACE`], or at the timeout. Either way the command's whole process group is
+/// killed before this returns.
+///
+/// # Errors
+///
+/// - [`SandboxError::Unenforceable`] in [`SandboxMode::Managed`] when containment cannot be
+///   enforced; nothing was spawned.
+/// - [`SandboxError::BadWorkingDirectory`], [`SandboxError::Spawn`],
+///   [`SandboxError::Wait`] when the process could not be started or awaited.
+///
+/// A non-zero exit, a signal or a timeout is an `Ok` [`CommandOutput`].
+///
+/// # Cancel safety
+///
+/// Dropping the future kills the command's process group with `SIGKILL`; the direct child
+/// is reaped in the background by tokio. Output captured so far is lost.
+pub async fn run(spec: &CommandSpec, mode: SandboxMode) -> Result<CommandOutput> {
+    match mode {
+        SandboxMode::Bypass => {}
+        SandboxMode::Managed => {
+            return Err(SandboxError::Unenforceable {
+                missing: "managed containment is not implemented yet (FIXME(#4))".to_owned(),
+            });
+        }
+    }
+    if !spec.cwd.is_dir() {
+        return Err(SandboxError::BadWorkingDirectory { cwd: spec.cwd.clone() });
+    }
+    let program_name = spec.program.to_string_lossy().into_owned();
+
+    let mut command = tokio::process::Command::new(&spec.program);
+    command
+        .args(&spec.args)
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (key, value) in NON_INTERACTIVE_ENV {
+        command.env(key, value);
+    }
+    command.envs(&spec.env);
+    sys::start_new_session(&mut command);
+
+    let started_at = Instant::now();
+    let mut child = command
+        .spawn()
+        .map_err(|source| SandboxError::Spawn { program: program_name.clone(), source })?;
+    let group = ProcessGroupGuard { pgid: child.id() };
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let mut stdout_buffer = CappedBuffer::new(spec.output_cap_bytes);
+    let mut stderr_buffer = CappedBuffer::new(spec.output_cap_bytes);
+    let mut stdout_chunk = vec![0_u8; 16 * 1024];
+    let mut stderr_chunk = vec![0_u8; 16 * 1024];
+    let mut last_stream = LastStream::None;
+
+    let timeout_at = started_at + spec.timeout;
+    let mut exit_status: Option<ExitStatus> = None;
+    let mut drain_until: Option<Instant> = None;
+    let termination = loop {
+        if let Some(status) = exit_status
+            && stdout.is_none()
+            && stderr.is_none()
+        {
+            break Termination::from_status(status);
+        }
+        tokio::select! {
+            read = read_some(&mut stdout, &mut stdout_chunk), if stdout.is_some() => {
+                match read {
+                    Ok(n) if n > 0 => {
+                        stdout_buffer.push(&stdout_chunk[..n]);
+                        last_stream = LastStream::Stdout;
+                    }
+                    _ => stdout = None,
+                }
+            }
+            read = read_some(&mut stderr, &mut stderr_chunk), if stderr.is_some() => {
+                match read {
+                    Ok(n) if n > 0 => {
+                        stderr_buffer.push(&stderr_chunk[..n]);
+                        last_stream = LastStream::Stderr;
+                    }
+                    _ => stderr = None,
+                }
+            }
+            status = child.wait(), if exit_status.is_none() => {
+                let status = status
+                    .map_err(|source| SandboxError::Wait { program: program_name.clone(), source })?;
+                exit_status = Some(status);
+                drain_until = Some(Instant::now() + DRAIN_GRACE);
+            }
+            () = sleep_until_some(drain_until), if drain_until.is_some() => {
+                if let Some(status) = exit_status {
+                    break Termination::from_status(status);
+                }
+            }
+            () = tokio::time::sleep_until(timeout_at), if exit_status.is_none() => {
+                group.kill();
+                // The group leader got SIGKILL; reap it so no zombie is left behind.
+                let _ = child.wait().await;
+                break Termination::TimedOut { after: spec.timeout };
+            }
+        }
+    };
+    // Leftover policy: whatever the command left running in its group dies with the call.
+    group.kill();
+    drop(group);
+
+    let last_line = match last_stream {
+        LastStream::Stdout => stdout_buffer.last_line(),
+        LastStream::Stderr => stderr_buffer.last_line(),
+        LastStream::None => None,
+    };
+    Ok(CommandOutput {
+        termination,
+        stdout: stdout_buffer.finish(),
+        stderr: stderr_buffer.finish(),
+        elapsed: started_at.elapsed(),
+        last_line,
+    })
+}
+
+/// Which stream received output most recently.
+#[derive(Debug, Clone, Copy)]
+enum LastStream {
+    None,
+    Stdout,
+    Stderr,
+}
+
+/// Kills the command's process group when dropped, so a cancelled call leaves nothing
+/// running.
+#[derive(Debug)]
+struct ProcessGroupGuard {
+    /// The group id: the pid of the spawned process, which called `setsid`. `None` when the
+    /// process had already been reaped at spawn time (no group left to kill).
+    pgid: Option<u32>,
+}
+
+impl ProcessGroupGuard {
+    fn kill(&self) {
+        if let Some(pgid) = self.pgid {
+            // Failure here means the group is gone or the id is invalid; neither leaves
+            // anything of ours running.
+            let _ = sys::kill_process_group(pgid);
+        }
+    }
+}
+
+impl Drop for ProcessGroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn read_some<R: AsyncRead + Unpin>(
+    pipe: &mut Option<R>,
+    chunk: &mut [u8],
+) -> std::io::Result<usize> {
+    match pipe {
+        Some(pipe) => pipe.read(chunk).await,
+        None => Ok(0),
+    }
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
