@@ -1,0 +1,155 @@
+//! `bash`: run a shell command in the workspace through keel-sandbox.
+//!
+//! The command runs as `bash -c COMMAND` in the workspace root, with stdin at end-of-file,
+//! no controlling terminal and non-interactive defaults; its process group is killed when
+//! the call ends (see keel-sandbox). A command that ran is `ok` whatever its exit status,
+//! which the result states; bad arguments, a sandbox refusal, a spawn failure or a timeout
+//! are `error`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use keel_contracts::{Tool, ToolContext, ToolOutput, ToolSpec};
+use keel_sandbox::{CommandOutput, CommandSpec, SandboxError, Termination};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::spec::{parse_arguments, workspace, write_spec};
+
+/// The timeout when the call gives no `timeout_ms`.
+pub const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(120);
+/// The largest `timeout_ms` accepted.
+pub const MAX_BASH_TIMEOUT: Duration = Duration::from_secs(600);
+/// Bytes kept per output stream (head and tail).
+const OUTPUT_CAP_BYTES: usize = 32 * 1024;
+
+/// The `bash` tool: `command`, `timeout_ms`?.
+#[derive(Debug)]
+pub struct Bash {
+    spec: ToolSpec,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Arguments {
+    command: String,
+    timeout_ms: Option<u64>,
+}
+
+impl Bash {
+    /// The tool with its declared spec.
+    pub fn new() -> Bash {
+        Bash {
+            spec: write_spec(
+                "bash",
+                "Run a bash command in the workspace root and return its output and exit \
+                 status. There is no stdin and no terminal: interactive prompts read end of \
+                 file, so pass flags such as --yes. Background processes are killed when the \
+                 command finishes. Output is capped (head and tail kept). Default timeout \
+                 120000 ms, at most 600000 ms; on timeout the command is killed.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "command": {
+                            "type": "string",
+                            "description": "The command line, run as `bash -c COMMAND`."
+                        },
+                        "timeout_ms": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": 600_000,
+                            "description": "Timeout in milliseconds (default 120000)."
+                        }
+                    },
+                    "required": ["command"],
+                    "additionalProperties": false
+                }),
+            ),
+        }
+    }
+}
+
+impl Default for Bash {
+    fn default() -> Self {
+        Bash::new()
+    }
+}
+
+#[async_trait]
+impl Tool for Bash {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn invoke(&self, context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput {
+        let arguments: Arguments = match parse_arguments("bash", arguments) {
+            Ok(arguments) => arguments,
+            Err(output) => return output,
+        };
+        if arguments.command.trim().is_empty() {
+            return ToolOutput::error("command is empty");
+        }
+        let timeout = match arguments.timeout_ms {
+            None => DEFAULT_BASH_TIMEOUT,
+            Some(0) => return ToolOutput::error("timeout_ms must be at least 1"),
+            Some(ms) if Duration::from_millis(ms) > MAX_BASH_TIMEOUT => {
+                return ToolOutput::error(format!(
+                    "timeout_ms {ms} is above the maximum of {}",
+                    MAX_BASH_TIMEOUT.as_millis()
+                ));
+            }
+            Some(ms) => Duration::from_millis(ms),
+        };
+        let workspace = match workspace(context) {
+            Ok(workspace) => workspace,
+            Err(output) => return output,
+        };
+        let spec = CommandSpec::new("bash", workspace.root(), timeout)
+            .arg("-c")
+            .arg(&arguments.command)
+            .output_cap_bytes(OUTPUT_CAP_BYTES);
+        match keel_sandbox::run(&spec, context.sandbox).await {
+            Ok(output) => render(&output),
+            Err(error @ SandboxError::Unenforceable { .. }) => {
+                ToolOutput::error(format!("sandbox refused: {error}"))
+            }
+            Err(error) => ToolOutput::error(format!("could not run the command: {error}")),
+        }
+    }
+}
+
+fn render(output: &CommandOutput) -> ToolOutput {
+    let mut text = String::new();
+    if let Termination::TimedOut { after } = output.termination {
+        text.push_str(&format!(
+            "command timed out after {} ms and was killed with its process group",
+            after.as_millis()
+        ));
+        match &output.last_line {
+            Some(line) => text.push_str(&format!("; last output line: {line}\n")),
+            None => text.push_str("; it printed nothing\n"),
+        }
+    }
+    push_stream(&mut text, None, &output.stdout.text);
+    push_stream(&mut text, Some("[stderr]"), &output.stderr.text);
+    match output.termination {
+        Termination::Exited { code } => text.push_str(&format!("[exit code {code}]")),
+        Termination::Signaled { signal } => text.push_str(&format!("[killed by signal {signal}]")),
+        Termination::TimedOut { .. } => return ToolOutput::error(text.trim_end().to_owned()),
+    }
+    ToolOutput::ok(text)
+}
+
+fn push_stream(text: &mut String, header: Option<&str>, stream: &str) {
+    if stream.is_empty() {
+        return;
+    }
+    if let Some(header) = header {
+        text.push_str(header);
+        text.push('\n');
+    }
+    text.push_str(stream);
+    if !stream.ends_with('\n') {
+        text.push('\n');
+    }
+}

@@ -1,0 +1,18 @@
+//! keel-tools integration tests: one binary, behaviours in `suite/`.
+// Test helpers outside #[test] functions unwrap too: a failed setup is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod suite {
+    mod b07_symlinks;
+    mod b10_background;
+    mod b11_stdin;
+    mod bash;
+    mod edit_file;
+    mod glob;
+    mod grep;
+    mod list_dir;
+    mod read_file;
+    mod specs;
+    mod support;
+    mod write_file;
+}
