@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use keel_contracts::{
-    ApprovalMode, Envelope, EventKind, ExecutionMode, PermissionAnswer, SandboxMode, Scope,
-    SessionId, Store, SystemClock, UuidV7Ids,
+    ApprovalMode, Envelope, EventKind, ExecutionMode, PermissionAnswer, PermissionRules, Rule,
+    SandboxMode, Scope, SessionId, Store, SystemClock, UuidV7Ids,
 };
 use keel_kernel::{
     Cancellation, Instruction, Kernel, KernelDeps, PermissionHook, RunConfig, RunReport,
@@ -178,6 +178,17 @@ fn resolve(
             .collect();
     }
 
+    let parse_rules = |texts: &[String]| -> anyhow::Result<Vec<Rule>> {
+        texts
+            .iter()
+            .map(|text| Rule::parse(text).map_err(|e| usage(format!("config: {e}"))))
+            .collect()
+    };
+    let rules = PermissionRules {
+        allow: parse_rules(&config.permissions.allow)?,
+        deny: parse_rules(&config.permissions.deny)?,
+    };
+
     Ok(Resolved {
         model_spec,
         base_url: options.base_url.clone().or_else(|| config.base_url.clone()),
@@ -188,6 +199,7 @@ fn resolve(
             approval,
             max_steps: options.max_steps.or(config.max_steps),
             instructions: workspace_instructions(workspace)?,
+            rules,
             cancel_poll: Duration::from_millis(250),
         },
         permissions,

@@ -2,8 +2,9 @@
 //!
 //! Precedence: a CLI flag beats the workspace file, which beats the user file.
 //! A workspace file comes with the repository and may be hostile, so it can only narrow:
-//! it may set `model`, `base_url`, `max_steps` and the `[envelope]` keys, but never
-//! `sandbox` or `approval` (those are the user's, from the user file or a flag).
+//! it may set `model`, `base_url`, `max_steps`, `mode`, the `[envelope]` keys and
+//! `permissions.deny` rules, but never `sandbox`, `approval` or `permissions.allow` (those
+//! are the user's, from the user file or a flag).
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +23,18 @@ pub(crate) struct ConfigFile {
     pub(crate) mode: Option<String>,
     #[serde(default)]
     pub(crate) envelope: EnvelopeConfig,
+    #[serde(default)]
+    pub(crate) permissions: PermissionsConfig,
+}
+
+/// `[permissions]`: rules such as `bash(git status*)` that pre-answer consent.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PermissionsConfig {
+    #[serde(default)]
+    pub(crate) allow: Vec<String>,
+    #[serde(default)]
+    pub(crate) deny: Vec<String>,
 }
 
 /// `[envelope]`.
@@ -84,10 +97,10 @@ pub(crate) fn load_merged(keel_home: &Path, workspace: &Path) -> anyhow::Result<
     let user = load(&keel_home.join("config.toml"))?.unwrap_or_default();
     let workspace_path = workspace.join(".keel/config.toml");
     let Some(local) = load(&workspace_path)? else { return Ok(user) };
-    if local.sandbox.is_some() || local.approval.is_some() {
+    if local.sandbox.is_some() || local.approval.is_some() || !local.permissions.allow.is_empty() {
         bail!(
-            "{} sets `sandbox` or `approval`: a workspace config cannot widen the boundary; \
-             set them in {} or with a flag",
+            "{} sets `sandbox`, `approval` or `permissions.allow`: a workspace config cannot \
+             widen the boundary; set them in {} or with a flag",
             workspace_path.display(),
             keel_home.join("config.toml").display()
         );
@@ -103,6 +116,11 @@ pub(crate) fn load_merged(keel_home: &Path, workspace: &Path) -> anyhow::Result<
             reads: local.envelope.reads.or(user.envelope.reads),
             writes: local.envelope.writes.or(user.envelope.writes),
             forbid: local.envelope.forbid.or(user.envelope.forbid),
+        },
+        // Deny rules from both files apply; allow rules only from the user's.
+        permissions: PermissionsConfig {
+            allow: user.permissions.allow,
+            deny: user.permissions.deny.into_iter().chain(local.permissions.deny).collect(),
         },
     })
 }

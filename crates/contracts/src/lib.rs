@@ -23,6 +23,7 @@ mod event;
 mod ids;
 mod message;
 mod model;
+mod rules;
 mod store;
 mod tool;
 
@@ -42,6 +43,7 @@ pub use message::{
     ToolDefinition, Usage,
 };
 pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};
+pub use rules::{PermissionRules, Rule, RuleError};
 pub use store::{AppendError, ReadError, ResolveError, SessionStatus, SessionSummary, Store};
 pub use tool::{
     Access, Effects, Egress, Outcome, Tool, ToolContext, ToolOutput, ToolSpec, sha256_hex,

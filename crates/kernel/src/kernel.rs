@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use keel_contracts::{
     ApprovalMode, Clock, Envelope, EventKind, ExecutionMode, FinishReason, IdGen, ModelClient,
-    ModelRequest, RunId, RuntimeEvent, SandboxMode, SessionId, Store, StreamDelta, Tool, TurnId,
-    UsageTotals, sha256_hex,
+    ModelRequest, PermissionRules, RunId, RuntimeEvent, SandboxMode, SessionId, Store, StreamDelta,
+    Tool, TurnId, UsageTotals, sha256_hex,
 };
 
 use crate::ledger::Ledger;
@@ -85,6 +85,8 @@ pub struct RunConfig {
     pub max_steps: Option<u32>,
     /// Workspace instructions for the system prompt.
     pub instructions: Vec<Instruction>,
+    /// Pre-answers to consent requests; deny rules beat allow rules and session grants.
+    pub rules: PermissionRules,
     /// How often the store is polled for a `keel stop` request.
     pub cancel_poll: Duration,
 }
@@ -350,6 +352,7 @@ impl Kernel {
             envelope,
             mode,
             config.sandbox,
+            config.rules.clone(),
         );
         let mut step: u32 = 0;
         let outcome = loop {

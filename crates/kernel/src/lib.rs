@@ -17,6 +17,7 @@
 
 mod cancel;
 mod error;
+mod intrinsic;
 mod kernel;
 mod ledger;
 mod permission;

@@ -13,6 +13,9 @@ pub enum RegistryError {
     /// Two tools share a name.
     #[error("duplicate tool name '{0}'")]
     Duplicate(String),
+    /// A workspace or MCP tool claims to be intrinsic; only keel's own tools are.
+    #[error("tool '{0}' claims to be intrinsic; only keel's own tools are")]
+    ClaimsIntrinsic(String),
     /// A tool's parameter schema does not compile.
     #[error("tool '{tool}' has an invalid parameter schema: {message}")]
     InvalidSchema {
@@ -41,16 +44,23 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// Builds a registry; the order of `tools` is the order the model sees.
+    /// Builds a registry from workspace tools (built-in and MCP), then appends keel's
+    /// intrinsic tools; this merge is the only place a tool becomes intrinsic. The order
+    /// is the order the model sees.
     ///
     /// # Errors
     ///
-    /// [`RegistryError::Duplicate`] for a repeated name, [`RegistryError::InvalidSchema`]
-    /// for a schema that does not compile.
+    /// [`RegistryError::Duplicate`] for a repeated name, [`RegistryError::ClaimsIntrinsic`]
+    /// for a workspace tool whose spec says intrinsic, [`RegistryError::InvalidSchema`] for a
+    /// schema that does not compile.
     pub fn new(tools: Vec<Arc<dyn Tool>>) -> Result<Registry, RegistryError> {
-        let mut entries = Vec::with_capacity(tools.len());
+        if let Some(claimant) = tools.iter().find(|tool| tool.spec().intrinsic) {
+            return Err(RegistryError::ClaimsIntrinsic(claimant.spec().name.clone()));
+        }
+        let all = tools.into_iter().chain(crate::intrinsic::tools());
+        let mut entries = Vec::new();
         let mut by_name = BTreeMap::new();
-        for tool in tools {
+        for tool in all {
             let spec = tool.spec();
             if by_name.insert(spec.name.clone(), entries.len()).is_some() {
                 return Err(RegistryError::Duplicate(spec.name.clone()));

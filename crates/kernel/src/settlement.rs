@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use keel_contracts::{
     AttemptId, Authorization, Decision, Envelope, EventKind, ExecutionMode, Outcome,
-    PermissionAnswer, REFUSAL_PERMISSION_DENIED, REFUSAL_SHADOW, RunId, SandboxMode, ToolCall,
-    ToolContext, ToolOutput, TurnId, authorize_tool_invocation, executes_in_shadow,
-    requires_consent, sha256_hex,
+    PermissionAnswer, PermissionRules, REFUSAL_PERMISSION_DENIED, REFUSAL_SHADOW, RunId,
+    SandboxMode, ToolCall, ToolContext, ToolOutput, TurnId, authorize_tool_invocation,
+    executes_in_shadow, requires_consent, sha256_hex,
 };
 
 use crate::kernel::REPEATED_FAILURE_LIMIT;
@@ -32,6 +32,7 @@ pub(crate) struct CallState<'a> {
     envelope: Envelope,
     mode: ExecutionMode,
     sandbox: SandboxMode,
+    rules: PermissionRules,
     /// Failed attempts per (tool, arguments digest), for blocking identical repeats.
     failures: BTreeMap<(String, String), u32>,
 }
@@ -93,8 +94,18 @@ impl<'a> CallState<'a> {
         envelope: Envelope,
         mode: ExecutionMode,
         sandbox: SandboxMode,
+        rules: PermissionRules,
     ) -> CallState<'a> {
-        CallState { deps, registry, workspace, envelope, mode, sandbox, failures: BTreeMap::new() }
+        CallState {
+            deps,
+            registry,
+            workspace,
+            envelope,
+            mode,
+            sandbox,
+            rules,
+            failures: BTreeMap::new(),
+        }
     }
 
     /// Answers a call that will not run because the run is being cancelled.
@@ -173,7 +184,13 @@ impl<'a> CallState<'a> {
             return call.result(ledger, None, Outcome::ShadowDenied, REFUSAL_SHADOW.into()).await;
         }
         if requires_consent(spec) {
-            if let Some(seq) = session_grant(ledger, name) {
+            let workspace = self.workspace.display().to_string();
+            let ruled = self
+                .rules
+                .decide(name, &tool_call.arguments, &workspace)
+                .map(|(answer, rule)| (answer, format!("rule:{}", rule.text)));
+            let denied_by_rule = matches!(ruled, Some((PermissionAnswer::Deny, _)));
+            if let Some(seq) = session_grant(ledger, name).filter(|_| !denied_by_rule) {
                 let reason = format!("grant: allowed for this session (permission_settled #{seq})");
                 call.gate(ledger, Decision::Allow, &reason).await?;
             } else {
@@ -199,7 +216,12 @@ impl<'a> CallState<'a> {
                     arguments: &tool_call.arguments,
                 };
                 let (answer, by) = tokio::select! {
-                    answer = self.deps.permissions.decide(&request) => answer,
+                    answer = async {
+                        match ruled {
+                            Some(ruled) => ruled,
+                            None => self.deps.permissions.decide(&request).await,
+                        }
+                    } => answer,
                     () = cancel.cancelled() => {
                         return call
                             .result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into())

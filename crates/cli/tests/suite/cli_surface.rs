@@ -329,3 +329,76 @@ fn keel_stop_from_another_process_cancels_the_run() {
     assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
     check_cancelled(&env, &session, &ws);
 }
+
+#[test]
+fn config_rules_pre_answer_and_forbid_refuses_an_intrinsic_tool() {
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::write(
+        env.home.path().join("config.toml"),
+        "[permissions]\nallow = [\"write_file(notes/**)\"]\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(ws.join(".keel")).unwrap();
+    std::fs::write(
+        ws.join(".keel/config.toml"),
+        "[permissions]\ndeny = [\"write_file(notes/private*)\"]\n",
+    )
+    .unwrap();
+    let model = scripted(
+        &env,
+        r#"{"steps":[
+            {"tool_calls":[
+                {"name":"write_file","arguments":{"path":"notes/a.md","content":"a"}},
+                {"name":"write_file","arguments":{"path":"notes/private.md","content":"b"}},
+                {"name":"todo","arguments":{"items":[{"text":"write notes","status":"done"}]}}
+            ]},
+            {"text":"done","expect":{"last_outcomes":["ok","refused","refused"]}}
+        ]}"#,
+    );
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--approval",
+        "ask",
+        "--forbid",
+        "todo",
+        "--json",
+        "t",
+    ]);
+    // --approval ask without a terminal is a usage error, even with rules.
+    assert_eq!(output.status.code(), Some(2));
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--forbid",
+        "todo",
+        "--json",
+        "t",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(std::fs::read_to_string(ws.join("notes/a.md")).unwrap(), "a");
+    assert!(!ws.join("notes/private.md").exists());
+    let events = json_lines(&output);
+    let by: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "permission_settled")
+        .map(|e| e["by"].as_str().unwrap())
+        .collect();
+    assert_eq!(by, vec!["rule:write_file(notes/**)", "rule:write_file(notes/private*)"]);
+    let todo_gate =
+        events.iter().find(|e| e["kind"] == "gate_decision" && e["tool"] == "todo").unwrap();
+    assert_eq!(todo_gate["decision"], "refuse");
+
+    // A workspace file may not widen the boundary.
+    std::fs::write(ws.join(".keel/config.toml"), "[permissions]\nallow = [\"bash\"]\n").unwrap();
+    let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "t"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("cannot widen the boundary"), "{}", stderr(&output));
+}

@@ -9,13 +9,13 @@ use keel_contracts::{
 use keel_kernel::TurnOutcome;
 use proptest::prelude::*;
 
-use super::support::{Harness, default_tools};
+use super::support::{FakeTool, Harness, spec};
 
 const READ_WRITE_NOTE: &str = r#"{"steps":[
     {"tool_calls":[
         {"name":"read","arguments":{"path":"a"}},
         {"name":"write","arguments":{"path":"b"}},
-        {"name":"note","arguments":{}}
+        {"name":"todo","arguments":{"items":[{"text":"check a","status":"done"}]}}
     ]},
     {"text":"done"}
 ]}"#;
@@ -30,9 +30,9 @@ async fn approval_deny_refuses_writes_and_leaves_reads_alone() {
         #1 session_created scripted:test Live forbidden={}
         #2 turn_started "t"
         #3 run_started Live Deny max_steps=None
-        #4 run_composition scripted tools=read,write,note,broken,boom,slow
+        #4 run_composition scripted tools=read,write,broken,boom,slow,todo,plan
         #5 model_requested step=1 messages=1
-        #6 model_response tool_calls "" [call_1_1 read {"path":"a"}; call_1_2 write {"path":"b"}; call_1_3 note {}]
+        #6 model_response tool_calls "" [call_1_1 read {"path":"a"}; call_1_2 write {"path":"b"}; call_1_3 todo {"items":[{"status":"done","text":"check a"}]}]
         #7 gate_decision call_1_1 Allow scope.reads
         #8 tool_attempt_prepared call_1_1/id4
         #9 tool_result call_1_1/id4 ok "contents of a"
@@ -42,19 +42,19 @@ async fn approval_deny_refuses_writes_and_leaves_reads_alone() {
         #13 tool_result call_1_2/- refused "refused: permission was denied for this call; do not retry it, report what you would have done"
         #14 gate_decision call_1_3 Allow intrinsic
         #15 tool_attempt_prepared call_1_3/id5
-        #16 tool_result call_1_3/id5 ok "noted"
+        #16 tool_result call_1_3/id5 ok "todo recorded: 1/1 done\n[x] check a\n"
         #17 model_requested step=2 messages=5
         #18 model_response stop "done" []
         #19 run_completed the model answered without tool calls
     "##]]
     .assert_eq(&ledger);
-    assert_eq!(harness.invocations(), vec![r#"read {"path":"a"}"#, "note {}"]);
+    assert_eq!(harness.invocations(), vec![r#"read {"path":"a"}"#]);
 }
 
 #[tokio::test]
 async fn forbidden_refuses_workspace_and_intrinsic_tools() {
     let mut harness = Harness::new();
-    harness.envelope.forbidden = ["write".to_owned(), "note".to_owned()].into();
+    harness.envelope.forbidden = ["write".to_owned(), "todo".to_owned()].into();
     let (_, ledger) = harness.run(READ_WRITE_NOTE, "t").await;
     assert!(
         ledger.contains("gate_decision call_1_2 Refuse refused: this tool is forbidden"),
@@ -78,7 +78,8 @@ async fn scope_limits_reads_and_writes_but_not_intrinsic_tools() {
     let (_, ledger) = harness.run(READ_WRITE_NOTE, "t").await;
     assert!(ledger.contains("call_1_1 Refuse refused: this read tool is outside"), "{ledger}");
     assert!(ledger.contains("call_1_2 Refuse refused: this write tool is outside"), "{ledger}");
-    assert_eq!(harness.invocations(), vec!["note {}"]);
+    assert!(harness.invocations().is_empty());
+    assert!(ledger.contains("call_1_3 Allow intrinsic"), "{ledger}");
 }
 
 #[tokio::test]
@@ -91,9 +92,9 @@ async fn shadow_mode_executes_first_party_reads_and_intrinsics_only() {
         #1 session_created scripted:test Shadow forbidden={}
         #2 turn_started "t"
         #3 run_started Shadow Auto max_steps=None
-        #4 run_composition scripted tools=read,write,note,broken,boom,slow
+        #4 run_composition scripted tools=read,write,broken,boom,slow,todo,plan
         #5 model_requested step=1 messages=1
-        #6 model_response tool_calls "" [call_1_1 read {"path":"a"}; call_1_2 write {"path":"b"}; call_1_3 note {}]
+        #6 model_response tool_calls "" [call_1_1 read {"path":"a"}; call_1_2 write {"path":"b"}; call_1_3 todo {"items":[{"status":"done","text":"check a"}]}]
         #7 gate_decision call_1_1 Allow scope.reads
         #8 tool_attempt_prepared call_1_1/id4
         #9 tool_result call_1_1/id4 ok "contents of a"
@@ -102,13 +103,13 @@ async fn shadow_mode_executes_first_party_reads_and_intrinsics_only() {
         #12 tool_result call_1_2/- shadow_denied "shadow_denied: this session runs in shadow mode; the call was recorded as an intent and not executed"
         #13 gate_decision call_1_3 Allow intrinsic
         #14 tool_attempt_prepared call_1_3/id5
-        #15 tool_result call_1_3/id5 ok "noted"
+        #15 tool_result call_1_3/id5 ok "todo recorded: 1/1 done\n[x] check a\n"
         #16 model_requested step=2 messages=5
         #17 model_response stop "done" []
         #18 run_completed the model answered without tool calls
     "##]]
     .assert_eq(&ledger);
-    assert_eq!(harness.invocations(), vec![r#"read {"path":"a"}"#, "note {}"]);
+    assert_eq!(harness.invocations(), vec![r#"read {"path":"a"}"#]);
 }
 
 #[tokio::test]
@@ -142,9 +143,9 @@ proptest! {
     fn kernel_never_invokes_what_the_contract_refuses(
         reads_all: bool,
         writes_all: bool,
-        reads in proptest::collection::btree_set(prop_oneof!["read", "broken", "write", "note"], 0..4),
-        writes in proptest::collection::btree_set(prop_oneof!["read", "broken", "write", "note"], 0..4),
-        forbidden in proptest::collection::btree_set(prop_oneof!["read", "broken", "write", "note"], 0..4),
+        reads in proptest::collection::btree_set(prop_oneof!["read", "broken", "write", "todo"], 0..4),
+        writes in proptest::collection::btree_set(prop_oneof!["read", "broken", "write", "todo"], 0..4),
+        forbidden in proptest::collection::btree_set(prop_oneof!["read", "broken", "write", "todo"], 0..4),
     ) {
         let envelope = Envelope {
             reads: if reads_all { Scope::All } else { Scope::Tools(reads.into_iter().collect()) },
@@ -158,7 +159,8 @@ proptest! {
             harness.run(READ_WRITE_NOTE, "t").await;
             harness.invocations()
         });
-        let specs: Vec<_> = default_tools(&Default::default()).iter().map(|t| t.spec().clone()).collect();
+        let kernel = Harness::new().kernel(r#"{"steps":[]}"#);
+        let specs: Vec<_> = kernel.registry().specs().cloned().collect();
         for line in invoked {
             let name = line.split(' ').next().unwrap();
             let spec = specs.iter().find(|s| s.name == name).unwrap();
@@ -170,4 +172,53 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn only_keel_makes_a_tool_intrinsic() {
+    let claimant = FakeTool {
+        spec: spec("sneaky", Access::Write, true),
+        log: Default::default(),
+        behaviour: super::support::Behaviour::Reply(String::new()),
+    };
+    let error = keel_kernel::Registry::new(vec![std::sync::Arc::new(claimant)]).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "tool 'sneaky' claims to be intrinsic; only keel's own tools are"
+    );
+}
+
+#[tokio::test]
+async fn rules_pre_answer_consent_and_deny_beats_allow_and_grants() {
+    let mut harness = Harness::new();
+    harness.approval = PermissionAnswer::AllowSession;
+    harness.rules = keel_contracts::PermissionRules {
+        allow: vec![keel_contracts::Rule::parse("write(src/**)").unwrap()],
+        deny: vec![keel_contracts::Rule::parse("write(src/secret*)").unwrap()],
+    };
+    let script = r#"{"steps":[
+        {"tool_calls":[{"name":"write","arguments":{"path":"src/a"}}]},
+        {"tool_calls":[{"name":"write","arguments":{"path":"docs/b"}}]},
+        {"tool_calls":[{"name":"write","arguments":{"path":"./src/x/../secret.key"}}]},
+        {"text":"done","expect":{"last_outcomes":["refused"]}}
+    ]}"#;
+    let (report, ledger) = harness.run(script, "t").await;
+    assert!(matches!(report.outcome, TurnOutcome::Completed { .. }), "{report:?}");
+    assert!(
+        ledger.contains("permission_settled call_1_1 AllowOnce by rule:write(src/**)"),
+        "{ledger}"
+    );
+    assert!(
+        ledger.contains("permission_settled call_2_1 AllowSession by approval=auto"),
+        "{ledger}"
+    );
+    // The session grant for `write` does not beat a deny rule.
+    assert!(
+        ledger.contains("permission_settled call_3_1 Deny by rule:write(src/secret*)"),
+        "{ledger}"
+    );
+    assert_eq!(
+        harness.invocations(),
+        vec![r#"write {"path":"src/a"}"#, r#"write {"path":"docs/b"}"#]
+    );
 }

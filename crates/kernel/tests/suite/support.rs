@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use keel_contracts::{
     Access, ApprovalMode, Effects, Envelope, EventKind, ExecutionMode, ModelClient,
-    PermissionAnswer, RuntimeEvent, SandboxMode, Seq, SessionId, Store, Tool, ToolContext,
-    ToolOutput, ToolSpec,
+    PermissionAnswer, PermissionRules, RuntimeEvent, SandboxMode, Seq, SessionId, Store, Tool,
+    ToolContext, ToolOutput, ToolSpec,
 };
 use keel_kernel::{
     Cancellation, Instruction, Kernel, KernelDeps, NoopObserver, RunConfig, RunReport,
@@ -75,8 +75,9 @@ pub(crate) fn spec(name: &str, access: Access, intrinsic: bool) -> ToolSpec {
     }
 }
 
-/// The default tool set: `read` (first-party read), `write` (write), `note` (intrinsic),
-/// `broken` (read that fails), `boom` (read that panics), `slow` (write that sleeps 60 s).
+/// The default tool set: `read` (first-party read), `write` (write), `broken` (read that
+/// fails), `boom` (read that panics), `slow` (write that sleeps 60 s). The kernel adds its
+/// intrinsic `todo` and `plan`.
 pub(crate) fn default_tools(log: &InvocationLog) -> Vec<Arc<dyn Tool>> {
     let tool = |name: &str, access, intrinsic, behaviour| -> Arc<dyn Tool> {
         Arc::new(FakeTool { spec: spec(name, access, intrinsic), log: log.clone(), behaviour })
@@ -84,7 +85,6 @@ pub(crate) fn default_tools(log: &InvocationLog) -> Vec<Arc<dyn Tool>> {
     vec![
         tool("read", Access::Read, false, Behaviour::Reply("contents of a".into())),
         tool("write", Access::Write, false, Behaviour::Reply("written".into())),
-        tool("note", Access::Write, true, Behaviour::Reply("noted".into())),
         tool("broken", Access::Read, false, Behaviour::Fail("it broke".into())),
         tool("boom", Access::Read, false, Behaviour::Panic),
         tool("slow", Access::Write, false, Behaviour::Sleep(Duration::from_secs(60))),
@@ -100,6 +100,7 @@ pub(crate) struct Harness {
     pub(crate) approval: PermissionAnswer,
     pub(crate) max_steps: Option<u32>,
     pub(crate) instructions: Vec<Instruction>,
+    pub(crate) rules: PermissionRules,
     pub(crate) ids: Arc<SeqIds>,
     pub(crate) clock: Arc<FakeClock>,
 }
@@ -114,6 +115,7 @@ impl Harness {
             approval: PermissionAnswer::AllowOnce,
             max_steps: None,
             instructions: Vec::new(),
+            rules: PermissionRules::default(),
             ids: Arc::new(SeqIds::new()),
             clock: Arc::new(FakeClock::new()),
         }
@@ -146,6 +148,7 @@ impl Harness {
             },
             max_steps: self.max_steps,
             instructions: self.instructions.clone(),
+            rules: self.rules.clone(),
             cancel_poll: Duration::from_millis(50),
         }
     }

@@ -30,7 +30,7 @@ async fn tool_round_trip_then_answer() {
         #1 session_created scripted:test Live forbidden={}
         #2 turn_started "read a"
         #3 run_started Live Auto max_steps=None
-        #4 run_composition scripted tools=read,write,note,broken,boom,slow
+        #4 run_composition scripted tools=read,write,broken,boom,slow,todo,plan
         #5 model_requested step=1 messages=1
         #6 model_response tool_calls "Reading." [call_1_1 read {"path":"a"}]
         #7 gate_decision call_1_1 Allow scope.reads
@@ -65,10 +65,10 @@ async fn unknown_tool_and_invalid_arguments_are_error_results_and_the_run_goes_o
         #1 session_created scripted:test Live forbidden={}
         #2 turn_started "try things"
         #3 run_started Live Auto max_steps=None
-        #4 run_composition scripted tools=read,write,note,broken,boom,slow
+        #4 run_composition scripted tools=read,write,broken,boom,slow,todo,plan
         #5 model_requested step=1 messages=1
         #6 model_response tool_calls "" [call_1_1 nope {}; call_1_2 read {"path":7}; call_1_3 read {"extra":true,"path":"a"}]
-        #7 tool_result call_1_1/- error "error: unknown tool 'nope'. Available tools: read, write, note, broken, boom, slow"
+        #7 tool_result call_1_1/- error "error: unknown tool 'nope'. Available tools: read, write, broken, boom, slow, todo, plan"
         #8 tool_result call_1_2/- error "error: invalid arguments for read: /path: 7 is not of type \"string\""
         #9 tool_result call_1_3/- error "error: invalid arguments for read: Additional properties are not allowed ('extra' was unexpected)"
         #10 model_requested step=2 messages=5
@@ -127,7 +127,7 @@ async fn step_ceiling_suspends_and_resume_continues_from_the_ledger_position() {
         #1 session_created scripted:test Live forbidden={}
         #2 turn_started "go"
         #3 run_started Live Auto max_steps=Some(1)
-        #4 run_composition scripted tools=read,write,note,broken,boom,slow
+        #4 run_composition scripted tools=read,write,broken,boom,slow,todo,plan
         #5 model_requested step=1 messages=1
         #6 model_response tool_calls "" [call_1_1 read {"path":"a"}]
         #7 gate_decision call_1_1 Allow scope.reads
@@ -135,7 +135,7 @@ async fn step_ceiling_suspends_and_resume_continues_from_the_ledger_position() {
         #9 tool_result call_1_1/id4 ok "contents of a"
         #10 run_suspended step ceiling reached (1 steps); resume to continue
         #11 run_started Live Auto max_steps=Some(1) resumes=id3
-        #12 run_composition scripted tools=read,write,note,broken,boom,slow
+        #12 run_composition scripted tools=read,write,broken,boom,slow,todo,plan
         #13 model_requested step=1 messages=3
         #14 model_response stop "finished" []
         #15 run_completed the model answered without tool calls
