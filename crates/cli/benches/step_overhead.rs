@@ -83,7 +83,7 @@ fn bench(c: &mut Criterion) {
     let stores: Vec<(&str, Arc<dyn Store>)> = vec![
         (
             "sqlite",
-            Arc::new(keel_store::SqliteStore::open(&dir.path().join("bench.sqlite")).unwrap()),
+            Arc::new(keel_store::SqliteStore::open(dir.path().join("bench.sqlite")).unwrap()),
         ),
         ("memory", Arc::new(keel_testkit::MemStore::new())),
     ];

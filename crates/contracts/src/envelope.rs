@@ -215,10 +215,13 @@ mod tests {
         }
     }
 
+    /// (tool, access, intrinsic, reads, writes, forbidden, expected answer)
+    type Case<'a> = (&'a str, Access, bool, &'a str, &'a str, &'a [&'a str], Authorization);
+
     #[test]
     fn authorize_table() {
         use Access::{Read, Write};
-        let cases: &[(&str, Access, bool, &str, &str, &[&str], Authorization)] = &[
+        let cases: &[Case<'_>] = &[
             (
                 "read_file",
                 Read,
