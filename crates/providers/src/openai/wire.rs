@@ -1,0 +1,258 @@
+//! The Chat Completions wire format: the request body keel sends and the lenient shapes it
+//! reads back.
+//!
+//! Format source: the OpenAI API reference, "Create chat completion"
+//! (<https://platform.openai.com/docs/api-reference/chat/create>) and "The chat completion
+//! chunk object" (<https://platform.openai.com/docs/api-reference/chat-streaming>).
+//!
+//! Response types accept what OpenAI-compatible servers actually send: every field is
+//! optional, `null` is the same as absent, unknown fields are ignored, and loosely typed
+//! fields (`content`, `reasoning`, `arguments`) are read as JSON values and interpreted
+//! afterwards, so one odd field never makes a whole chunk unreadable.
+
+use keel_contracts::{Message, ModelRequest, ToolCall};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The body of `POST /chat/completions`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ChatRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    stream: bool,
+    stream_options: StreamOptions,
+}
+
+#[derive(Debug, Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        /// `null` when the message is only tool calls, as OpenAI itself sends it.
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+#[derive(Debug, Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    /// The arguments as a JSON-encoded string, as the API requires.
+    arguments: String,
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> ChatRequest<'a> {
+    /// Builds the streaming request for `request`, addressed to `model`.
+    ///
+    /// The system prompt comes first (omitted when empty); reasoning parts are not sent
+    /// back, since Chat Completions servers either ignore them or reject them.
+    pub(crate) fn streaming(model: &'a str, request: &'a ModelRequest) -> Self {
+        let mut messages = Vec::with_capacity(request.messages.len() + 1);
+        if !request.system.is_empty() {
+            messages.push(WireMessage::System { content: &request.system });
+        }
+        for message in &request.messages {
+            messages.push(match message {
+                Message::User { text } => WireMessage::User { content: text },
+                Message::Assistant { text, reasoning: _, tool_calls } => WireMessage::Assistant {
+                    content: if text.is_empty() && !tool_calls.is_empty() {
+                        None
+                    } else {
+                        Some(text)
+                    },
+                    tool_calls: tool_calls.iter().map(wire_tool_call).collect(),
+                },
+                Message::ToolResult { call_id, tool: _, outcome: _, content } => {
+                    WireMessage::Tool { tool_call_id: call_id.as_str(), content }
+                }
+            });
+        }
+        let tools = request
+            .tools
+            .iter()
+            .map(|tool| WireTool {
+                kind: "function",
+                function: WireFunction {
+                    name: &tool.name,
+                    description: &tool.description,
+                    parameters: &tool.parameters,
+                },
+            })
+            .collect();
+        ChatRequest {
+            model,
+            messages,
+            tools,
+            stream: true,
+            stream_options: StreamOptions { include_usage: true },
+        }
+    }
+}
+
+fn wire_tool_call(tool_call: &ToolCall) -> WireToolCall<'_> {
+    // A call whose arguments did not parse keeps the model's raw text as a JSON string;
+    // send that text back as the model wrote it rather than a quoted copy of it.
+    let arguments = match (&tool_call.arguments_error, &tool_call.arguments) {
+        (Some(_), Value::String(raw)) => raw.clone(),
+        (_, arguments) => arguments.to_string(),
+    };
+    WireToolCall {
+        id: tool_call.call_id.as_str(),
+        kind: "function",
+        function: WireFunctionCall { name: &tool_call.name, arguments },
+    }
+}
+
+/// One `chat.completion.chunk` (a streamed `data:` payload).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct ChatChunk {
+    pub(crate) choices: Option<Vec<Choice>>,
+    pub(crate) usage: Option<WireUsage>,
+    /// An error reported inside the stream (OpenRouter and others).
+    pub(crate) error: Option<Value>,
+}
+
+/// A non-streaming `chat.completion` body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct ChatCompletion {
+    pub(crate) choices: Option<Vec<Choice>>,
+    pub(crate) usage: Option<WireUsage>,
+    pub(crate) error: Option<Value>,
+}
+
+/// A choice of a chunk (`delta`) or of a whole completion (`message`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Choice {
+    pub(crate) index: Option<u64>,
+    pub(crate) delta: Option<Delta>,
+    pub(crate) message: Option<Delta>,
+    pub(crate) finish_reason: Option<String>,
+}
+
+/// The content of a delta or of a whole message; both have the same fields.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Delta {
+    pub(crate) content: Option<Value>,
+    /// DeepSeek, xAI, vLLM and others.
+    pub(crate) reasoning_content: Option<Value>,
+    /// OpenRouter, Groq and others.
+    pub(crate) reasoning: Option<Value>,
+    pub(crate) refusal: Option<Value>,
+    pub(crate) tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+/// A fragment of a tool call (or a whole one, in a non-streaming message).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct ToolCallDelta {
+    pub(crate) index: Option<u64>,
+    pub(crate) id: Option<String>,
+    pub(crate) function: Option<FunctionDelta>,
+}
+
+/// The `function` member of a tool-call fragment.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct FunctionDelta {
+    pub(crate) name: Option<String>,
+    /// A string fragment per the format; an object is accepted from lenient servers.
+    pub(crate) arguments: Option<Value>,
+}
+
+/// The `usage` object.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(default)]
+pub(crate) struct WireUsage {
+    pub(crate) prompt_tokens: Option<u64>,
+    pub(crate) completion_tokens: Option<u64>,
+    pub(crate) total_tokens: Option<u64>,
+    pub(crate) prompt_tokens_details: Option<PromptTokensDetails>,
+    pub(crate) completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(default)]
+pub(crate) struct PromptTokensDetails {
+    pub(crate) cached_tokens: Option<u64>,
+}
+
+/// `usage.completion_tokens_details`.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(default)]
+pub(crate) struct CompletionTokensDetails {
+    pub(crate) reasoning_tokens: Option<u64>,
+}
+
+/// The text of a loosely typed text field: a string, or an array of `{"type":"text",
+/// "text":...}` parts (concatenated); anything else has no text.
+pub(crate) fn text_of(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::String(text) => Some(text.clone()),
+        Value::Array(parts) => {
+            let text: String = parts
+                .iter()
+                .filter_map(|part| match part {
+                    Value::String(text) => Some(text.as_str()),
+                    Value::Object(fields) => fields.get("text").and_then(Value::as_str),
+                    _ => None,
+                })
+                .collect();
+            Some(text)
+        }
+        _ => None,
+    }
+}
+
+/// The argument text of a fragment: a string as is, `null` as nothing, any other JSON
+/// value re-encoded.
+pub(crate) fn arguments_of(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::Null => None,
+        Value::String(text) => Some(text.clone()),
+        other => Some(other.to_string()),
+    }
+}

@@ -1,0 +1,406 @@
+//! A local HTTP server that replays scripted replies and records what it received, plus
+//! loaders for the recorded fixtures and the checks against their `expected` notes.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::post;
+use futures::StreamExt;
+use keel_contracts::{
+    FinishReason, Message, ModelClient, ModelError, ModelErrorKind, ModelRequest, ModelResponse,
+    StreamDelta,
+};
+use keel_providers::{OpenAiChat, OpenAiConfig, RetryPolicy};
+use serde_json::Value;
+
+/// The API key every test client sends unless a test sets another.
+pub(crate) const TEST_KEY: &str = "sk-test-0123456789";
+
+/// One scripted HTTP reply.
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    /// The body is sent in pieces of this many bytes, to cross every parser boundary.
+    chunk_bytes: usize,
+    /// When set, the connection is aborted after this many body bytes.
+    abort_after_bytes: Option<usize>,
+    /// When set, the body stops (without ending) after this many bytes.
+    stall_after_bytes: Option<usize>,
+}
+
+impl Reply {
+    /// A 200 `text/event-stream` reply with this exact body.
+    pub(crate) fn sse(body: impl Into<Vec<u8>>) -> Self {
+        Reply {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            body: body.into(),
+            chunk_bytes: 7,
+            abort_after_bytes: None,
+            stall_after_bytes: None,
+        }
+    }
+
+    /// A 200 stream of `data:` payloads, one per non-empty line, ended by `[DONE]`.
+    pub(crate) fn data_lines(lines: &str) -> Self {
+        let mut body = String::new();
+        for line in lines.lines().filter(|line| !line.trim().is_empty()) {
+            body.push_str("data: ");
+            body.push_str(line);
+            body.push_str("\n\n");
+        }
+        body.push_str("data: [DONE]\n\n");
+        Reply::sse(body)
+    }
+
+    /// A JSON reply with this status.
+    pub(crate) fn json(status: u16, body: &Value) -> Self {
+        Reply {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: body.to_string().into_bytes(),
+            chunk_bytes: 64,
+            abort_after_bytes: None,
+            stall_after_bytes: None,
+        }
+    }
+
+    /// The recorded response of a fixture, as its README says to replay it.
+    pub(crate) fn recorded(recording: &Value) -> Self {
+        let response = &recording["response"];
+        let status = u16::try_from(response["status"].as_u64().unwrap()).unwrap();
+        let mut reply = match response["body_format"].as_str().unwrap() {
+            "sse" => Reply::sse(response["body"].as_str().unwrap()),
+            "jsonl" => Reply::data_lines(response["body"].as_str().unwrap()),
+            "json" => Reply::json(status, &response["body"]),
+            other => panic!("unknown body_format {other}"),
+        };
+        reply.status = status;
+        if let Some(headers) = response["headers"].as_object().filter(|h| !h.is_empty()) {
+            reply.headers = headers
+                .iter()
+                .map(|(name, value)| (name.clone(), value.as_str().unwrap().to_owned()))
+                .collect();
+        }
+        reply
+    }
+
+    pub(crate) fn status(mut self, status: u16) -> Self {
+        self.status = status;
+        self
+    }
+
+    pub(crate) fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    pub(crate) fn abort_after(mut self, n_bytes: usize) -> Self {
+        self.abort_after_bytes = Some(n_bytes);
+        self
+    }
+
+    pub(crate) fn stall_after(mut self, n_bytes: usize) -> Self {
+        self.stall_after_bytes = Some(n_bytes);
+        self
+    }
+
+    fn into_response(self) -> Response {
+        let mut builder = Response::builder().status(self.status);
+        for (name, value) in &self.headers {
+            builder = builder.header(name, value);
+        }
+        let cut = self.abort_after_bytes.or(self.stall_after_bytes).unwrap_or(usize::MAX);
+        let body = &self.body[..cut.min(self.body.len())];
+        let mut pieces: Vec<Result<Bytes, io::Error>> =
+            body.chunks(self.chunk_bytes).map(|piece| Ok(Bytes::copy_from_slice(piece))).collect();
+        if self.abort_after_bytes.is_some() {
+            pieces.push(Err(io::Error::other("connection aborted by the test server")));
+        }
+        let pieces = futures::stream::iter(pieces);
+        let body = if self.stall_after_bytes.is_some() {
+            Body::from_stream(pieces.chain(futures::stream::pending()))
+        } else {
+            Body::from_stream(pieces)
+        };
+        builder.body(body).unwrap()
+    }
+}
+
+/// What the server received for one request.
+#[derive(Debug, Clone)]
+pub(crate) struct Received {
+    pub(crate) body: Value,
+    pub(crate) authorization: Option<String>,
+    pub(crate) accept: Option<String>,
+}
+
+#[derive(Debug)]
+struct ServerState {
+    replies: Vec<Reply>,
+    received: Mutex<Vec<Received>>,
+}
+
+/// A server on 127.0.0.1 that answers the n-th request with the n-th reply (the last
+/// reply repeats).
+#[derive(Debug)]
+pub(crate) struct MockServer {
+    pub(crate) base_url: String,
+    state: Arc<ServerState>,
+}
+
+impl MockServer {
+    pub(crate) async fn start(replies: Vec<Reply>) -> MockServer {
+        assert!(!replies.is_empty());
+        let state = Arc::new(ServerState { replies, received: Mutex::new(Vec::new()) });
+        let router = Router::new()
+            .route("/v1/chat/completions", post(handle))
+            .with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        MockServer { base_url: format!("http://{address}/v1"), state }
+    }
+
+    pub(crate) fn received(&self) -> Vec<Received> {
+        self.state.received.lock().unwrap().clone()
+    }
+
+    pub(crate) fn n_requests(&self) -> usize {
+        self.state.received.lock().unwrap().len()
+    }
+
+    /// A config for this server: test key, three retries with millisecond backoff.
+    pub(crate) fn config(&self) -> OpenAiConfig {
+        let mut config = OpenAiConfig::new(&self.base_url, "test-model");
+        config.api_key = Some(TEST_KEY.to_owned());
+        config.retry = RetryPolicy {
+            max_retries: 3,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(10),
+            max_retry_after: Duration::from_secs(60),
+        };
+        config
+    }
+
+    pub(crate) fn client(&self) -> OpenAiChat {
+        OpenAiChat::new(self.config()).unwrap()
+    }
+}
+
+async fn handle(
+    State(state): State<Arc<ServerState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let header = |name: &str| headers.get(name).map(|value| value.to_str().unwrap().to_owned());
+    let n_request = {
+        let mut received = state.received.lock().unwrap();
+        received.push(Received {
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            authorization: header("authorization"),
+            accept: header("accept"),
+        });
+        received.len() - 1
+    };
+    let reply = &state.replies[n_request.min(state.replies.len() - 1)];
+    reply.clone().into_response()
+}
+
+pub(crate) fn fixture_path(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(relative)
+}
+
+/// A recorded interaction, `tests/fixtures/provider/{case}.json`.
+pub(crate) fn recording(case: &str) -> Value {
+    let text = std::fs::read_to_string(fixture_path(&format!("provider/{case}.json"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A complete stream that says `text` in a few deltas, then `stop`, usage and `[DONE]`.
+pub(crate) fn text_stream(text: &str) -> String {
+    let mut body = String::new();
+    let words: Vec<&str> = text.split_inclusive(' ').collect();
+    for word in words {
+        let chunk = serde_json::json!({"choices": [{"index": 0, "delta": {"content": word}}]});
+        body.push_str(&format!("data: {chunk}\n\n"));
+    }
+    body.push_str(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+    );
+    body.push_str("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}\n\n");
+    body.push_str("data: [DONE]\n\n");
+    body
+}
+
+/// A small request for replays whose request body does not matter.
+pub(crate) fn simple_request() -> ModelRequest {
+    ModelRequest {
+        model: "test-model".to_owned(),
+        system: "You are a test.".to_owned(),
+        messages: vec![Message::User { text: "hello".to_owned() }],
+        tools: Vec::new(),
+        responses_in_session: 0,
+    }
+}
+
+/// Runs one request against `client`, collecting the live deltas.
+pub(crate) async fn complete(
+    client: &OpenAiChat,
+    request: &ModelRequest,
+) -> (Result<ModelResponse, ModelError>, Vec<StreamDelta>) {
+    let deltas = Mutex::new(Vec::new());
+    let on_delta = |delta: StreamDelta| deltas.lock().unwrap().push(delta);
+    let result = client.complete(request, &on_delta).await;
+    (result, deltas.into_inner().unwrap())
+}
+
+/// The outcome of replaying one recording.
+#[derive(Debug)]
+pub(crate) struct Replay {
+    pub(crate) case: String,
+    pub(crate) expected: Value,
+    pub(crate) result: Result<ModelResponse, ModelError>,
+    pub(crate) deltas: Vec<StreamDelta>,
+    pub(crate) server: MockServer,
+}
+
+/// Replays `case` through a fresh server with the default test client.
+pub(crate) async fn replay(case: &str) -> Replay {
+    replay_with(case, |_| {}).await
+}
+
+/// Replays `case`, letting the test adjust the client's config first.
+pub(crate) async fn replay_with(case: &str, adjust: impl FnOnce(&mut OpenAiConfig)) -> Replay {
+    let recorded = recording(case);
+    let server = MockServer::start(vec![Reply::recorded(&recorded)]).await;
+    let mut config = server.config();
+    adjust(&mut config);
+    let client = OpenAiChat::new(config).unwrap();
+    let (result, deltas) = complete(&client, &simple_request()).await;
+    Replay { case: case.to_owned(), expected: recorded["expected"].clone(), result, deltas, server }
+}
+
+impl Replay {
+    /// Asserts an `ok` recording parsed exactly as its `expected` says, and returns the
+    /// response for further checks.
+    pub(crate) fn check_ok(&self) -> &ModelResponse {
+        let expected = &self.expected;
+        let case = &self.case;
+        assert_eq!(expected["outcome"], "ok", "{case}: not an ok recording");
+        let response = match &self.result {
+            Ok(response) => response,
+            Err(error) => panic!("{case}: expected success, got {error:?}"),
+        };
+        assert_eq!(response.text, expected["text"].as_str().unwrap(), "{case}: text");
+
+        let expected_calls = expected["tool_calls"].as_array().unwrap();
+        assert_eq!(
+            response.tool_calls.len(),
+            expected_calls.len(),
+            "{case}: {:?}",
+            response.tool_calls
+        );
+        for (call, want) in response.tool_calls.iter().zip(expected_calls) {
+            let want_id = want["id"].as_str().unwrap();
+            if want_id.is_empty() {
+                // The provider sent an empty id: ours must be minted, unique and non-empty.
+                assert!(call.call_id.as_str().starts_with("call_"), "{case}: {:?}", call.call_id);
+                assert!(call.call_id.as_str().len() > "call_".len());
+            } else {
+                assert_eq!(call.call_id.as_str(), want_id, "{case}: call id");
+            }
+            assert_eq!(call.name, want["name"].as_str().unwrap(), "{case}: call name");
+            assert_eq!(call.arguments, want["arguments"], "{case}: arguments");
+            assert_eq!(call.arguments_error, None, "{case}: arguments error");
+        }
+
+        let finish = FinishReason::from(expected["finish"].as_str().unwrap().to_owned());
+        assert_eq!(response.finish_reason, finish, "{case}: finish reason");
+
+        let usage = &expected["usage"];
+        if usage.is_null() {
+            assert_eq!(response.usage, Default::default(), "{case}: usage must be unreported");
+        } else {
+            assert_eq!(
+                response.usage.input_tokens,
+                usage["input_tokens"].as_u64(),
+                "{case}: input"
+            );
+            assert_eq!(
+                response.usage.output_tokens,
+                usage["output_tokens"].as_u64(),
+                "{case}: output"
+            );
+            if let Some(reasoning) = usage.get("reasoning_tokens") {
+                assert_eq!(
+                    response.usage.reasoning_tokens,
+                    reasoning.as_u64(),
+                    "{case}: reasoning"
+                );
+            }
+            if let Some(cached) = usage.get("cached_input_tokens") {
+                assert_eq!(response.usage.cached_input_tokens, cached.as_u64(), "{case}: cached");
+            }
+        }
+
+        match expected.get("reasoning") {
+            Some(_) => {
+                assert_eq!(response.reasoning.len(), 1, "{case}: reasoning part");
+                assert!(!response.reasoning[0].text.is_empty(), "{case}: reasoning text");
+            }
+            None => assert!(response.reasoning.is_empty(), "{case}: unexpected reasoning"),
+        }
+
+        // What was streamed live adds up to what was returned.
+        let live_text: String = self
+            .deltas
+            .iter()
+            .filter_map(|delta| match delta {
+                StreamDelta::Text(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(live_text, response.text, "{case}: live text");
+        let live_calls = self
+            .deltas
+            .iter()
+            .filter(|delta| matches!(delta, StreamDelta::ToolCallStarted { .. }))
+            .count();
+        assert_eq!(live_calls, response.tool_calls.len(), "{case}: live tool calls");
+        assert_eq!(self.server.n_requests(), 1, "{case}: a success is not retried");
+        response
+    }
+
+    /// Asserts an `error` recording failed with `kind` and the retryability and status its
+    /// `expected` says, and returns the error for further checks.
+    pub(crate) fn check_error(&self, kind: ModelErrorKind) -> &ModelError {
+        let expected = &self.expected;
+        let case = &self.case;
+        assert_eq!(expected["outcome"], "error", "{case}: not an error recording");
+        let error = match &self.result {
+            Ok(response) => panic!("{case}: expected an error, got {response:?}"),
+            Err(error) => error,
+        };
+        assert_eq!(error.kind, kind, "{case}: kind ({error:?})");
+        assert_eq!(
+            error.is_retryable(),
+            expected["error"]["retryable"].as_bool().unwrap(),
+            "{case}: retryable"
+        );
+        if let Some(status) = expected["error"]["http_status"].as_u64() {
+            assert_eq!(error.status.map(u64::from), Some(status), "{case}: status");
+        }
+        assert!(!error.message.contains(TEST_KEY), "{case}: key leaked");
+        error
+    }
+}
