@@ -66,7 +66,8 @@ fn run_config() -> RunConfig {
     RunConfig {
         sandbox: SandboxMode::Bypass,
         approval: ApprovalMode::Auto,
-        max_steps: None,
+        budget: Default::default(),
+        price: None,
         instructions: Vec::new(),
         rules: Default::default(),
         cancel_poll: Duration::from_secs(3600),

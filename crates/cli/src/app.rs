@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use keel_contracts::{
-    ApprovalMode, Envelope, EventKind, ExecutionMode, PermissionAnswer, PermissionRules, Rule,
-    SandboxMode, Scope, SessionId, Store, SystemClock, UuidV7Ids,
+    ApprovalMode, Budget, Envelope, EventKind, ExecutionMode, PermissionAnswer, PermissionRules,
+    Rule, SandboxMode, Scope, SessionId, Store, SystemClock, UuidV7Ids,
 };
 use keel_kernel::{
     Cancellation, Instruction, Kernel, KernelDeps, PermissionHook, RunConfig, RunReport,
@@ -20,6 +20,7 @@ use crate::args::{ApprovalArg, Cli, Command, ModeArg, RunOptions, SandboxArg};
 use crate::config::{self, ConfigFile};
 use crate::output::{self, Printer};
 use crate::permission::TerminalPrompt;
+use crate::pricing::PriceTable;
 use crate::provider::{UsageError, model_client};
 
 /// Exit statuses (DESIGN.md §9).
@@ -82,16 +83,10 @@ struct Resolved {
 fn resolve(
     options: &RunOptions,
     config: &ConfigFile,
+    prices: &PriceTable,
     workspace: &Path,
     session_model: Option<&str>,
 ) -> anyhow::Result<Resolved> {
-    if options.max_tokens.is_some() || options.max_cost_usd.is_some() || options.max_time.is_some()
-    {
-        return Err(usage(
-            "--max-tokens, --max-cost-usd and --max-time are not supported in this build yet; \
-             use --max-steps",
-        ));
-    }
     let model_spec = options
         .model
         .clone()
@@ -178,6 +173,33 @@ fn resolve(
             .collect();
     }
 
+    let max_time = match options.max_time.as_deref().or(config.max_time.as_deref()) {
+        Some(text) => Some(parse_duration(text).ok_or_else(|| {
+            usage(format!("invalid duration '{text}': use e.g. 500ms, 90s, 10m or 2h"))
+        })?),
+        None => None,
+    };
+    let budget = Budget {
+        max_steps: options.max_steps.or(config.max_steps),
+        max_tokens: options.max_tokens.or(config.max_tokens),
+        max_cost_usd: options.max_cost_usd.or(config.max_cost_usd),
+        max_time,
+    };
+    if let Some(max_cost) = budget.max_cost_usd
+        && !(max_cost.is_finite() && max_cost > 0.0)
+    {
+        return Err(usage(format!("--max-cost-usd must be a positive amount, not {max_cost}")));
+    }
+    let price = match model_spec.split_once(':') {
+        Some((provider, model)) => prices.get(provider, model),
+        None => None,
+    };
+    if budget.max_cost_usd.is_some() && price.is_none() && !model_spec.starts_with("scripted:") {
+        return Err(usage(format!(
+            "no price known for {model_spec}, so a cost budget cannot be enforced; add it to \
+             $KEEL_HOME/prices.toml or drop --max-cost-usd"
+        )));
+    }
     let parse_rules = |texts: &[String]| -> anyhow::Result<Vec<Rule>> {
         texts
             .iter()
@@ -197,7 +219,8 @@ fn resolve(
         run: RunConfig {
             sandbox,
             approval,
-            max_steps: options.max_steps.or(config.max_steps),
+            budget,
+            price,
             instructions: workspace_instructions(workspace)?,
             rules,
             cancel_poll: Duration::from_millis(250),
@@ -205,6 +228,22 @@ fn resolve(
         permissions,
         context_window: options.context_window,
     })
+}
+
+/// `500ms`, `90s`, `10m`, `2h`, or a bare number of seconds.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "" | "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return None,
+    };
+    (seconds.is_finite() && seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
 }
 
 fn workspace_instructions(workspace: &Path) -> anyhow::Result<Vec<Instruction>> {
@@ -302,9 +341,12 @@ fn finish(report: &RunReport, json: bool) -> u8 {
             eprintln!("keel: run failed: {reason}");
             exit::FAILED
         }
-        TurnOutcome::Suspended { reason } => {
+        TurnOutcome::Suspended { reason, report: text } => {
+            if !json && !text.is_empty() {
+                println!("{text}");
+            }
             eprintln!(
-                "keel: run suspended: {reason}\nkeel: continue with `keel resume {}`",
+                "keel: run suspended ({reason}); a checkpoint was recorded\nkeel: continue with `keel resume {}`",
                 report.session_id
             );
             exit::SUSPENDED
@@ -320,7 +362,7 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let workspace = canonical_workspace(options.workspace.as_deref())?;
     let (home, store) = open_store()?;
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
-    let resolved = resolve(&options, &config, &workspace, None)?;
+    let resolved = resolve(&options, &config, &PriceTable::load(&home)?, &workspace, None)?;
     let task = read_task(task)?;
     let kernel = build_kernel(store, &resolved, options.json)?;
     let session_id = kernel
@@ -363,7 +405,7 @@ async fn resume(session: &str, task: Option<String>, options: RunOptions) -> any
         ));
     }
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
-    let resolved = resolve(&options, &config, &workspace, Some(model))?;
+    let resolved = resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model))?;
     let kernel = build_kernel(store, &resolved, options.json)?;
     let cancel = cancel_on_ctrl_c();
     let report = match task {
@@ -385,8 +427,24 @@ async fn resume(session: &str, task: Option<String>, options: RunOptions) -> any
 async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
     let (_, store) = open_store()?;
     let sessions = store.sessions().await?;
+    let mut totals = std::collections::BTreeMap::new();
+    for session in &sessions {
+        let mut usage = keel_contracts::UsageTotals::default();
+        for event in store.read(session.id, keel_contracts::Seq(0)).await? {
+            if let EventKind::ModelResponse { usage: reported, cost_usd, .. } = &event.kind {
+                usage.add(reported, *cost_usd);
+            }
+        }
+        totals.insert(session.id, usage);
+    }
+    let cost_text = |usage: &keel_contracts::UsageTotals| match (usage.responses, usage.cost_usd) {
+        (0, _) => "-".to_owned(),
+        (_, Some(usd)) => format!("${usd:.4}"),
+        (_, None) => "cost ?".to_owned(),
+    };
     if json {
         for session in &sessions {
+            let usage = totals.get(&session.id).copied().unwrap_or_default();
             let line = serde_json::json!({
                 "session_id": session.id,
                 "created_at": session.created_at,
@@ -397,6 +455,7 @@ async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
                 "last_seq": session.last_seq,
                 "status": session.status.as_str(),
                 "parent": session.parent,
+                "usage": usage,
             });
             println!("{line}");
         }
@@ -407,12 +466,15 @@ async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
         return Ok(exit::COMPLETED);
     }
     let print_row = |session: &keel_contracts::SessionSummary, depth: usize| {
+        let usage = totals.get(&session.id).copied().unwrap_or_default();
         println!(
-            "{}{}  {:<9}  {}  {}  {}",
+            "{}{}  {:<9}  {}  {:>8} tok  {:>9}  {}  {}",
             "  ".repeat(depth),
             session.id,
             session.status.as_str(),
             session.updated_at.format("%Y-%m-%d %H:%M:%S"),
+            usage.input_tokens + usage.output_tokens + usage.reasoning_tokens,
+            cost_text(&usage),
             session.model,
             session.title.lines().next().unwrap_or_default()
         );

@@ -2,7 +2,8 @@
 //!
 //! Precedence: a CLI flag beats the workspace file, which beats the user file.
 //! A workspace file comes with the repository and may be hostile, so it can only narrow:
-//! it may set `model`, `base_url`, `max_steps`, `mode`, the `[envelope]` keys and
+//! it may set `model`, `base_url`, the budgets (`max_steps`, `max_tokens`, `max_cost_usd`,
+//! `max_time`), `mode`, the `[envelope]` keys and
 //! `permissions.deny` rules, but never `sandbox`, `approval` or `permissions.allow` (those
 //! are the user's, from the user file or a flag).
 
@@ -18,6 +19,9 @@ pub(crate) struct ConfigFile {
     pub(crate) model: Option<String>,
     pub(crate) base_url: Option<String>,
     pub(crate) max_steps: Option<u32>,
+    pub(crate) max_tokens: Option<u64>,
+    pub(crate) max_cost_usd: Option<f64>,
+    pub(crate) max_time: Option<String>,
     pub(crate) approval: Option<String>,
     pub(crate) sandbox: Option<String>,
     pub(crate) mode: Option<String>,
@@ -109,6 +113,9 @@ pub(crate) fn load_merged(keel_home: &Path, workspace: &Path) -> anyhow::Result<
         model: local.model.or(user.model),
         base_url: local.base_url.or(user.base_url),
         max_steps: local.max_steps.or(user.max_steps),
+        max_tokens: local.max_tokens.or(user.max_tokens),
+        max_cost_usd: local.max_cost_usd.or(user.max_cost_usd),
+        max_time: local.max_time.or(user.max_time),
         approval: user.approval,
         sandbox: user.sandbox,
         mode: local.mode.or(user.mode),

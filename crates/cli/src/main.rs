@@ -8,6 +8,7 @@ mod args;
 mod config;
 mod output;
 mod permission;
+mod pricing;
 mod provider;
 
 use std::process::ExitCode;

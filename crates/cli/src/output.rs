@@ -87,8 +87,23 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
         }
         EventKind::SessionSealed { reason } => format!("#{seq} sealed: {reason}"),
         EventKind::TurnStarted { input } => format!("#{seq} turn: {}", clip(input, 200)),
-        EventKind::RunStarted { mode, sandbox, approval, max_steps, .. } => {
-            let ceiling = max_steps.map(|n| format!(" · max {n} steps")).unwrap_or_default();
+        EventKind::RunStarted { mode, sandbox, approval, budget, .. } => {
+            let mut ceiling = String::new();
+            if let Some(n) = budget.max_steps {
+                ceiling.push_str(&format!(" · max {n} steps"));
+            }
+            if let Some(n) = budget.max_tokens {
+                ceiling.push_str(&format!(" · max {n} tokens"));
+            }
+            if let Some(usd) = budget.max_cost_usd {
+                ceiling.push_str(&format!(" · max ${usd}"));
+            }
+            if let Some(time) = budget.max_time {
+                ceiling.push_str(&format!(" · max {} ms", time.as_millis()));
+            }
+            if *sandbox == keel_contracts::SandboxMode::Bypass {
+                ceiling.push_str(" · SANDBOX BYPASSED");
+            }
             format!(
                 "#{seq} run {} · mode {} · sandbox {} · approval {}{ceiling}",
                 event.run_id.map(|r| r.to_string()).unwrap_or_default(),
@@ -122,6 +137,20 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
             }
             line
         }
+        EventKind::BudgetExhausted { reason, report_requested } => {
+            let next = if *report_requested { "; last step, tools off, for a report" } else { "" };
+            format!("#{seq} {reason}{next}")
+        }
+        EventKind::Checkpoint { reason, report, evidence, .. } => {
+            let mut line = format!(
+                "#{seq} checkpoint ({reason}): {} tool results as evidence",
+                evidence.len()
+            );
+            if !report.is_empty() {
+                line.push_str(&format!("; report: {}", clip(report, 400)));
+            }
+            line
+        }
         EventKind::GateDecision { call_id, decision, reason, .. } => {
             format!("#{seq}   gate {call_id}: {} ({reason})", serde_plain(decision))
         }
@@ -151,11 +180,12 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
         | EventKind::RunFailed { reason, usage }
         | EventKind::RunSuspended { reason, usage }
         | EventKind::RunCancelled { reason, usage } => format!(
-            "#{seq} {}: {reason} · {} in / {} out tokens over {} responses",
+            "#{seq} {}: {reason} · {} in / {} out tokens over {} responses · cost {}",
             event.kind.name(),
             usage.input_tokens,
             usage.output_tokens,
-            usage.responses
+            usage.responses,
+            usage.cost_usd.map_or_else(|| "unknown".to_owned(), |usd| format!("${usd:.6}")),
         ),
     };
     Some(line)

@@ -96,7 +96,7 @@ pub enum PermissionAnswer {
 
 /// Usage summed over responses. Responses that reported no usage are counted, so a total
 /// is never silently understated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct UsageTotals {
     /// Sum of reported input tokens.
     pub input_tokens: u64,
@@ -110,11 +110,19 @@ pub struct UsageTotals {
     pub responses: u64,
     /// Of those, responses whose usage was not (fully) reported.
     pub responses_without_usage: u64,
+    /// Total cost in USD; `None` (unknown) as soon as one response's cost is unknown.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
 }
 
 impl UsageTotals {
-    /// Adds one response's usage.
-    pub fn add(&mut self, usage: &Usage) {
+    /// Adds one response's usage and cost (`None`: unknown).
+    pub fn add(&mut self, usage: &Usage, cost_usd: Option<f64>) {
+        self.cost_usd = match (self.responses, self.cost_usd, cost_usd) {
+            (0, _, cost) => cost,
+            (_, Some(total), Some(cost)) => Some(total + cost),
+            _ => None,
+        };
         self.responses += 1;
         match (usage.input_tokens, usage.output_tokens) {
             (Some(input), Some(output)) => {
@@ -130,6 +138,19 @@ impl UsageTotals {
         self.cached_input_tokens += usage.cached_input_tokens.unwrap_or(0);
         self.reasoning_tokens += usage.reasoning_tokens.unwrap_or(0);
     }
+}
+
+/// One tool call of a run and how it ended, as recorded in a [`EventKind::Checkpoint`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// The seq of its `tool_result`.
+    pub seq: Seq,
+    /// The tool.
+    pub tool: String,
+    /// The call's arguments, abbreviated to at most 200 characters.
+    pub arguments: String,
+    /// How it ended.
+    pub outcome: Outcome,
 }
 
 /// What a [`RuntimeEvent`] records. Tagged by `kind` (snake_case) on the wire.
@@ -168,8 +189,9 @@ pub enum EventKind {
         sandbox: SandboxMode,
         /// How permission requests are answered.
         approval: ApprovalMode,
-        /// The explicit step ceiling, if one was set.
-        max_steps: Option<u32>,
+        /// The run's ceilings (steps, tokens, cost, wall-clock in ms); absent ones unset.
+        #[serde(default)]
+        budget: crate::Budget,
         /// The run this one continues (for resumed turns).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         resumes: Option<RunId>,
@@ -213,6 +235,28 @@ pub enum EventKind {
         usage: Usage,
         /// Why the model stopped.
         finish_reason: FinishReason,
+        /// Cost of this response in USD; `null` when usage or price is unknown.
+        #[serde(default)]
+        cost_usd: Option<f64>,
+    },
+    /// A budget ceiling was reached or is one step away (DESIGN.md §4).
+    BudgetExhausted {
+        /// Which ceiling, with figures; starts with "stopped early".
+        reason: String,
+        /// Whether one last step runs with tools off for the model's report.
+        report_requested: bool,
+    },
+    /// Where a run stands when it stops early: enough to resume from.
+    Checkpoint {
+        /// Why the run stopped ("stopped early: …").
+        reason: String,
+        /// The model's own report (what was done, what it believes, what is next); empty
+        /// when no report step could run.
+        report: String,
+        /// The run's tool calls and how they ended, as evidence of what was done.
+        evidence: Vec<Evidence>,
+        /// Usage totals of the run so far.
+        usage: UsageTotals,
     },
     /// A gate's decision for a call.
     GateDecision {
@@ -325,6 +369,8 @@ impl EventKind {
             EventKind::RunComposition { .. } => "run_composition",
             EventKind::ModelRequested { .. } => "model_requested",
             EventKind::ModelResponse { .. } => "model_response",
+            EventKind::BudgetExhausted { .. } => "budget_exhausted",
+            EventKind::Checkpoint { .. } => "checkpoint",
             EventKind::GateDecision { .. } => "gate_decision",
             EventKind::PermissionRequested { .. } => "permission_requested",
             EventKind::PermissionSettled { .. } => "permission_settled",
@@ -352,6 +398,8 @@ impl EventKind {
             | EventKind::RunComposition { .. }
             | EventKind::ModelRequested { .. }
             | EventKind::ModelResponse { .. }
+            | EventKind::BudgetExhausted { .. }
+            | EventKind::Checkpoint { .. }
             | EventKind::GateDecision { .. }
             | EventKind::PermissionRequested { .. }
             | EventKind::PermissionSettled { .. }

@@ -17,16 +17,20 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod budget;
 mod clock;
 mod envelope;
 mod event;
+mod fence;
 mod ids;
 mod message;
 mod model;
+mod pricing;
 mod rules;
 mod store;
 mod tool;
 
+pub use budget::{Budget, BudgetVerdict, Spent, check_budget, usage_tokens};
 pub use clock::{Clock, IdGen, SystemClock, UuidV7Ids};
 pub use envelope::{
     Authorization, Envelope, ExecutionMode, REFUSAL_FORBIDDEN, REFUSAL_NOT_IN_READS,
@@ -34,15 +38,17 @@ pub use envelope::{
     authorize_tool_invocation, effects_require_consent, executes_in_shadow, requires_consent,
 };
 pub use event::{
-    ApprovalMode, Decision, EventKind, Lineage, PermissionAnswer, RuntimeEvent, SandboxMode,
-    UsageTotals,
+    ApprovalMode, Decision, EventKind, Evidence, Lineage, PermissionAnswer, RuntimeEvent,
+    SandboxMode, UsageTotals,
 };
+pub use fence::{NEUTRALISED_MARKER, UNTRUSTED_POLICY, fence_untrusted, neutralise_markers};
 pub use ids::{AttemptId, RunId, Seq, SessionId, ToolCallId, TurnId};
 pub use message::{
     FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, StreamDelta, ToolCall,
     ToolDefinition, Usage,
 };
 pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};
+pub use pricing::{Price, cost_usd};
 pub use rules::{PermissionRules, Rule, RuleError};
 pub use store::{AppendError, ReadError, ResolveError, SessionStatus, SessionSummary, Store};
 pub use tool::{

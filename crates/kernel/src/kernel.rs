@@ -5,15 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel_contracts::{
-    ApprovalMode, Clock, Envelope, EventKind, ExecutionMode, FinishReason, IdGen, ModelClient,
-    ModelRequest, PermissionRules, RunId, RuntimeEvent, SandboxMode, SessionId, Store, StreamDelta,
-    Tool, TurnId, UsageTotals, sha256_hex,
+    ApprovalMode, Budget, BudgetVerdict, Clock, Envelope, EventKind, Evidence, ExecutionMode,
+    FinishReason, IdGen, ModelClient, ModelRequest, PermissionRules, Price, RunId, RuntimeEvent,
+    SandboxMode, SessionId, Spent, Store, StreamDelta, Tool, TurnId, UsageTotals, check_budget,
+    cost_usd, sha256_hex, usage_tokens,
 };
 
 use crate::ledger::Ledger;
 use crate::permission::PermissionHook;
 use crate::registry::Registry;
-use crate::settlement::CallState;
+use crate::settlement::{CallPolicy, CallState, Settled};
 use crate::{Cancellation, KernelError, Result, projection, recovery};
 
 /// Receives every durable event and every streamed delta, for display.
@@ -81,8 +82,10 @@ pub struct RunConfig {
     pub sandbox: SandboxMode,
     /// How consent is answered (recorded; the answers come from [`KernelDeps::permissions`]).
     pub approval: ApprovalMode,
-    /// Explicit step ceiling (model requests per run); `None` means no ceiling.
-    pub max_steps: Option<u32>,
+    /// Ceilings for this run (steps, tokens, cost, wall-clock); a resumed run gets fresh ones.
+    pub budget: Budget,
+    /// The model's price, for cost accounting; `None` records costs as unknown.
+    pub price: Option<Price>,
     /// Workspace instructions for the system prompt.
     pub instructions: Vec<Instruction>,
     /// Pre-answers to consent requests; deny rules beat allow rules and session grants.
@@ -104,10 +107,12 @@ pub enum TurnOutcome {
         /// Why.
         reason: String,
     },
-    /// The run stopped early and can be resumed.
+    /// The run stopped early and can be resumed; a `checkpoint` event holds its report.
     Suspended {
-        /// Why.
+        /// Why ("stopped early: …").
         reason: String,
+        /// The model's report from the tools-off last step (empty when none could run).
+        report: String,
     },
     /// The run was cancelled.
     Cancelled {
@@ -117,7 +122,7 @@ pub enum TurnOutcome {
 }
 
 /// The result of driving a run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunReport {
     /// The session.
     pub session_id: SessionId,
@@ -321,7 +326,7 @@ impl Kernel {
                     mode,
                     sandbox: config.sandbox,
                     approval: config.approval,
-                    max_steps: config.max_steps,
+                    budget: config.budget,
                     resumes,
                 },
             )
@@ -345,33 +350,65 @@ impl Kernel {
             .await?;
 
         let mut usage = UsageTotals::default();
+        let started = tokio::time::Instant::now();
+        let deadline = config.budget.max_time.map(|max_time| started + max_time);
         let mut calls = CallState::new(
             &self.deps,
             &self.registry,
-            workspace.into(),
-            envelope,
-            mode,
-            config.sandbox,
-            config.rules.clone(),
+            CallPolicy {
+                workspace: workspace.into(),
+                envelope,
+                mode,
+                sandbox: config.sandbox,
+                rules: config.rules.clone(),
+                deadline,
+            },
         );
+        let mut spent = Spent::default();
         let mut step: u32 = 0;
+        let mut last_step: Option<String> = None;
         let outcome = loop {
             if cancel.is_cancelled() {
                 break TurnOutcome::Cancelled { reason: "cancelled by the user".into() };
             }
-            if let Some(max_steps) = config.max_steps
-                && step >= max_steps
-            {
-                break TurnOutcome::Suspended {
-                    reason: format!("step ceiling reached ({max_steps} steps); resume to continue"),
-                };
+            spent.elapsed = started.elapsed();
+            match check_budget(&config.budget, &spent) {
+                BudgetVerdict::Continue => {}
+                BudgetVerdict::Exhausted { reason } => {
+                    ledger
+                        .append(
+                            turn,
+                            run,
+                            EventKind::BudgetExhausted {
+                                reason: reason.clone(),
+                                report_requested: false,
+                            },
+                        )
+                        .await?;
+                    break TurnOutcome::Suspended { reason, report: String::new() };
+                }
+                BudgetVerdict::LastStep { reason } => {
+                    ledger
+                        .append(
+                            turn,
+                            run,
+                            EventKind::BudgetExhausted {
+                                reason: reason.clone(),
+                                report_requested: true,
+                            },
+                        )
+                        .await?;
+                    last_step = Some(reason);
+                }
             }
             step += 1;
+            let step_started = tokio::time::Instant::now();
             let request = ModelRequest {
                 model: info.model.clone(),
                 system: system.clone(),
                 messages: projection::messages(&ledger.events),
-                tools: self.registry.definitions(),
+                // The last permitted step runs with tools off, so the model writes its report.
+                tools: if last_step.is_some() { Vec::new() } else { self.registry.definitions() },
                 responses_in_session: projection::responses_in_session(&ledger.events),
             };
             let request_sha256 =
@@ -406,7 +443,13 @@ impl Kernel {
                     };
                 }
             };
-            usage.add(&response.usage);
+            let cost = config.price.as_ref().and_then(|price| cost_usd(&response.usage, price));
+            usage.add(&response.usage, cost);
+            spent.steps = step;
+            spent.last_step_tokens = usage_tokens(&response.usage);
+            spent.tokens += spent.last_step_tokens;
+            spent.last_step_cost_usd = cost.unwrap_or(0.0);
+            spent.cost_usd += spent.last_step_cost_usd;
             let tool_calls = response.tool_calls.clone();
             let finish_reason = response.finish_reason.clone();
             let text = response.text.clone();
@@ -420,9 +463,17 @@ impl Kernel {
                         tool_calls: response.tool_calls,
                         usage: response.usage,
                         finish_reason: response.finish_reason,
+                        cost_usd: cost,
                     },
                 )
                 .await?;
+            if let Some(reason) = last_step.take() {
+                // Tools were off: calls proposed anyway are answered, never run.
+                for call in &tool_calls {
+                    calls.answer_stopped_early(&mut ledger, turn_id, run_id, call).await?;
+                }
+                break TurnOutcome::Suspended { reason, report: text };
+            }
             if tool_calls.is_empty() {
                 break match finish_reason {
                     FinishReason::Stop | FinishReason::ToolCalls | FinishReason::Other(_) => {
@@ -439,19 +490,50 @@ impl Kernel {
                 };
             }
             let mut cancelled = false;
+            let mut out_of_time = false;
             for call in &tool_calls {
+                if out_of_time {
+                    calls.answer_stopped_early(&mut ledger, turn_id, run_id, call).await?;
+                    continue;
+                }
                 if cancelled || cancel.is_cancelled() {
                     cancelled = true;
                     calls.answer_cancelled(&mut ledger, turn_id, run_id, call).await?;
                     continue;
                 }
-                calls.settle(&mut ledger, turn_id, run_id, call, cancel).await?;
+                let settled = calls.settle(&mut ledger, turn_id, run_id, call, cancel).await?;
+                out_of_time = settled == Settled::OutOfTime;
+            }
+            if out_of_time {
+                let max = config.budget.max_time.unwrap_or_default().as_millis();
+                break TurnOutcome::Suspended {
+                    reason: format!(
+                        "stopped early: time budget exhausted ({max} ms) while a tool ran"
+                    ),
+                    report: String::new(),
+                };
             }
             if cancelled || cancel.is_cancelled() {
                 break TurnOutcome::Cancelled { reason: "cancelled by the user".into() };
             }
+            spent.last_step_elapsed = step_started.elapsed();
         };
 
+        if let TurnOutcome::Suspended { reason, report } = &outcome {
+            let evidence = checkpoint_evidence(&ledger.events, run_id);
+            ledger
+                .append(
+                    turn,
+                    run,
+                    EventKind::Checkpoint {
+                        reason: reason.clone(),
+                        report: report.clone(),
+                        evidence,
+                        usage,
+                    },
+                )
+                .await?;
+        }
         let kind = match &outcome {
             TurnOutcome::Completed { .. } => EventKind::RunCompleted {
                 reason: "the model answered without tool calls".into(),
@@ -460,7 +542,7 @@ impl Kernel {
             TurnOutcome::Failed { reason } => {
                 EventKind::RunFailed { reason: reason.clone(), usage }
             }
-            TurnOutcome::Suspended { reason } => {
+            TurnOutcome::Suspended { reason, .. } => {
                 EventKind::RunSuspended { reason: reason.clone(), usage }
             }
             TurnOutcome::Cancelled { reason } => {
@@ -470,6 +552,33 @@ impl Kernel {
         ledger.append(turn, run, kind).await?;
         Ok(RunReport { session_id: ledger.session_id, turn_id, run_id, outcome, usage })
     }
+}
+
+/// The run's tool results, as evidence for a checkpoint.
+fn checkpoint_evidence(events: &[RuntimeEvent], run_id: RunId) -> Vec<Evidence> {
+    let arguments_of = |call_id: &keel_contracts::ToolCallId| {
+        events.iter().find_map(|event| match &event.kind {
+            EventKind::ModelResponse { tool_calls, .. } => tool_calls
+                .iter()
+                .find(|call| &call.call_id == call_id)
+                .map(|call| call.arguments.to_string()),
+            _ => None,
+        })
+    };
+    events
+        .iter()
+        .filter(|event| event.run_id == Some(run_id))
+        .filter_map(|event| match &event.kind {
+            EventKind::ToolResult { call_id, tool, outcome, .. } => {
+                let mut arguments = arguments_of(call_id).unwrap_or_default();
+                if arguments.chars().count() > 200 {
+                    arguments = arguments.chars().take(200).collect::<String>() + "…";
+                }
+                Some(Evidence { seq: event.seq, tool: tool.clone(), arguments, outcome: *outcome })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Polls the store for `keel stop` requests while a run is active; stops when dropped.

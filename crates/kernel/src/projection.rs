@@ -15,6 +15,16 @@ use keel_contracts::{EventKind, Message, Outcome, RuntimeEvent, ToolCall, ToolCa
 pub const UNANSWERED_CALL_TEXT: &str =
     "cancelled: this call was interrupted before it produced a result";
 
+/// Prefix of the note keel adds when the last permitted step of a budget begins.
+pub const STOPPED_EARLY_PREFIX: &str = "[keel] ";
+/// What keel asks of the model in the tools-off last step.
+pub const REPORT_REQUEST: &str = "Tools are off for this last step. Write a short report for \
+whoever resumes this task: what you did (with evidence), what you believe, and what is next.";
+
+/// The note keel adds when a run resumes after the model's report.
+pub const RESUME_NOTE: &str =
+    "[keel] The run was resumed with a fresh budget. Continue the task from where you stopped.";
+
 /// Projects the conversation of a session from its events.
 pub fn messages(events: &[RuntimeEvent]) -> Vec<Message> {
     let mut messages = Vec::new();
@@ -24,15 +34,7 @@ pub fn messages(events: &[RuntimeEvent]) -> Vec<Message> {
         match &event.kind {
             EventKind::TurnStarted { input } => {
                 flush(&mut messages, &mut pending);
-                match messages.last_mut() {
-                    // Two user inputs in a row (a turn whose run failed before the model
-                    // answered): merge, so roles alternate.
-                    Some(Message::User { text }) => {
-                        text.push_str("\n\n");
-                        text.push_str(input);
-                    }
-                    _ => messages.push(Message::User { text: input.clone() }),
-                }
+                push_user(&mut messages, input);
             }
             EventKind::ModelResponse { text, reasoning, tool_calls, .. } => {
                 flush(&mut messages, &mut pending);
@@ -54,7 +56,22 @@ pub fn messages(events: &[RuntimeEvent]) -> Vec<Message> {
                         .or_insert_with(|| (tool.clone(), *outcome, content.clone()));
                 }
             }
-            EventKind::SessionCreated { .. }
+            EventKind::BudgetExhausted { reason, report_requested: true } => {
+                flush(&mut messages, &mut pending);
+                push_user(
+                    &mut messages,
+                    &format!("{STOPPED_EARLY_PREFIX}{reason}. {REPORT_REQUEST}"),
+                );
+            }
+            EventKind::RunStarted { resumes: Some(_), .. } if matches!(messages.last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty()) =>
+            {
+                // A resumed run after a tool-free answer (a report): the model needs a user
+                // turn to continue from.
+                push_user(&mut messages, RESUME_NOTE);
+            }
+            EventKind::BudgetExhausted { report_requested: false, .. }
+            | EventKind::Checkpoint { .. }
+            | EventKind::SessionCreated { .. }
             | EventKind::SessionSealed { .. }
             | EventKind::RunStarted { .. }
             | EventKind::RunComposition { .. }
@@ -76,6 +93,18 @@ pub fn messages(events: &[RuntimeEvent]) -> Vec<Message> {
 
 /// The calls of the latest assistant message and the results recorded for them so far.
 type Pending = (Vec<ToolCall>, BTreeMap<ToolCallId, (String, Outcome, String)>);
+
+/// Two user messages in a row (a turn whose run failed before the model answered, or a
+/// budget note after a new input) are merged, so roles alternate.
+fn push_user(messages: &mut Vec<Message>, input: &str) {
+    match messages.last_mut() {
+        Some(Message::User { text }) => {
+            text.push_str("\n\n");
+            text.push_str(input);
+        }
+        _ => messages.push(Message::User { text: input.to_owned() }),
+    }
+}
 
 fn flush(messages: &mut Vec<Message>, pending: &mut Option<Pending>) {
     let Some((calls, mut results)) = pending.take() else { return };

@@ -36,8 +36,8 @@ pub(crate) async fn close_dangling_run(ledger: &mut Ledger, _ids: &dyn IdGen) ->
     let mut open = Vec::new();
     for event in run_events {
         match &event.kind {
-            EventKind::ModelResponse { tool_calls, usage: reported, .. } => {
-                usage.add(reported);
+            EventKind::ModelResponse { tool_calls, usage: reported, cost_usd, .. } => {
+                usage.add(reported, *cost_usd);
                 open = tool_calls
                     .iter()
                     .map(|call| (call.call_id.clone(), call.name.clone(), None))

@@ -24,6 +24,32 @@ pub(crate) const CANCELLED_BEFORE_RUN: &str =
 pub(crate) const CANCELLED_WHILE_RUNNING: &str =
     "cancelled: the run was cancelled while this tool was running; its effect may be partial";
 
+/// Text of a result for a call not run because the run stopped early (budget).
+pub(crate) const STOPPED_EARLY: &str =
+    "cancelled: stopped early (budget exhausted); this call was not executed";
+/// Text of a result for a call whose tool was stopped by the time budget.
+pub(crate) const STOPPED_EARLY_WHILE_RUNNING: &str = "cancelled: stopped early: the time budget ran out while this tool was running; its effect may be partial";
+
+/// How settling a call ended, for the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// A result was recorded; go on.
+    Done,
+    /// The run's time budget ran out while the tool ran; the run must stop early.
+    OutOfTime,
+}
+
+/// What binds every call of a run: the session's envelope and mode, the run's boundary,
+/// rules and deadline.
+pub(crate) struct CallPolicy {
+    pub(crate) workspace: PathBuf,
+    pub(crate) envelope: Envelope,
+    pub(crate) mode: ExecutionMode,
+    pub(crate) sandbox: SandboxMode,
+    pub(crate) rules: PermissionRules,
+    pub(crate) deadline: Option<tokio::time::Instant>,
+}
+
 /// Per-run state of tool settlement.
 pub(crate) struct CallState<'a> {
     deps: &'a KernelDeps,
@@ -33,6 +59,10 @@ pub(crate) struct CallState<'a> {
     mode: ExecutionMode,
     sandbox: SandboxMode,
     rules: PermissionRules,
+    /// When the run's time budget runs out.
+    deadline: Option<tokio::time::Instant>,
+    /// Set when the deadline passed while the last tool ran.
+    out_of_time: bool,
     /// Failed attempts per (tool, arguments digest), for blocking identical repeats.
     failures: BTreeMap<(String, String), u32>,
 }
@@ -90,12 +120,9 @@ impl<'a> CallState<'a> {
     pub(crate) fn new(
         deps: &'a KernelDeps,
         registry: &'a Registry,
-        workspace: PathBuf,
-        envelope: Envelope,
-        mode: ExecutionMode,
-        sandbox: SandboxMode,
-        rules: PermissionRules,
+        policy: CallPolicy,
     ) -> CallState<'a> {
+        let CallPolicy { workspace, envelope, mode, sandbox, rules, deadline } = policy;
         CallState {
             deps,
             registry,
@@ -104,6 +131,8 @@ impl<'a> CallState<'a> {
             mode,
             sandbox,
             rules,
+            deadline,
+            out_of_time: false,
             failures: BTreeMap::new(),
         }
     }
@@ -120,8 +149,32 @@ impl<'a> CallState<'a> {
         call.result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into()).await
     }
 
+    /// Answers a call that will not run because the run stopped early.
+    pub(crate) async fn answer_stopped_early(
+        &mut self,
+        ledger: &mut Ledger,
+        turn_id: TurnId,
+        run_id: RunId,
+        call: &ToolCall,
+    ) -> Result<()> {
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call };
+        call.result(ledger, None, Outcome::Cancelled, STOPPED_EARLY.into()).await
+    }
+
     /// Settles one call: exactly one `tool_result` is appended, unless the ledger fails.
     pub(crate) async fn settle(
+        &mut self,
+        ledger: &mut Ledger,
+        turn_id: TurnId,
+        run_id: RunId,
+        tool_call: &ToolCall,
+        cancel: &Cancellation,
+    ) -> Result<Settled> {
+        self.settle_inner(ledger, turn_id, run_id, tool_call, cancel).await?;
+        Ok(if std::mem::take(&mut self.out_of_time) { Settled::OutOfTime } else { Settled::Done })
+    }
+
+    async fn settle_inner(
         &mut self,
         ledger: &mut Ledger,
         turn_id: TurnId,
@@ -283,11 +336,25 @@ impl<'a> CallState<'a> {
                     .result(ledger, Some(attempt_id), Outcome::Cancelled, CANCELLED_WHILE_RUNNING.into())
                     .await;
             }
+            () = until(self.deadline) => {
+                self.out_of_time = true;
+                return call
+                    .result(ledger, Some(attempt_id), Outcome::Cancelled, STOPPED_EARLY_WHILE_RUNNING.into())
+                    .await;
+            }
         };
         if output.outcome == Outcome::Error {
             *self.failures.entry(failure_key).or_insert(0) += 1;
         }
         call.result(ledger, Some(attempt_id), output.outcome, output.content).await
+    }
+}
+
+/// Resolves at `deadline`, or never when there is none.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -20,8 +20,12 @@ fn usage_errors_exit_2_with_a_message() {
         (&["run", "-C", ws, "-m", "scripted:x", "--approval", "ask", "t"], "needs a terminal"),
         (&["run", "-C", ws, "-m", "anthropic:claude", "t"], "not available in this build yet"),
         (
-            &["run", "-C", ws, "-m", "scripted:x", "--max-tokens", "5", "t"],
-            "not supported in this build yet",
+            &["run", "-C", ws, "-m", "scripted:x", "--max-time", "soon", "t"],
+            "invalid duration 'soon'",
+        ),
+        (
+            &["run", "-C", ws, "-m", "openai:no-such-model", "--max-cost-usd", "1", "t"],
+            "no price known",
         ),
         (
             &["run", "-C", ws, "-m", "scripted:x", "--sandbox", "loose", "t"],
@@ -46,7 +50,8 @@ fn max_steps_suspends_with_exit_3_and_resume_by_prefix_completes() {
         &env,
         r#"{"steps":[
             {"tool_calls":[{"name":"read_file","arguments":{"path":"a.txt"}}]},
-            {"text":"a.txt says alpha","expect":{"last_outcomes":["ok"],"contains":"alpha"}}
+            {"text":"Report: read a.txt, it says alpha. Next: answer.","expect":{"contains":"Tools are off"}},
+            {"text":"a.txt says alpha","expect":{"contains":"Report: read a.txt"}}
         ]}"#,
     );
     let output = env.run(&[
@@ -56,13 +61,17 @@ fn max_steps_suspends_with_exit_3_and_resume_by_prefix_completes() {
         "-m",
         &model,
         "--max-steps",
-        "1",
+        "2",
         "--json",
         "read a.txt",
     ]);
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     let events = json_lines(&output);
     assert_eq!(events.last().unwrap()["kind"], "run_suspended");
+    assert!(events.last().unwrap()["reason"].as_str().unwrap().starts_with("stopped early"));
+    let checkpoint = events.iter().find(|e| e["kind"] == "checkpoint").unwrap();
+    assert_eq!(checkpoint["report"], "Report: read a.txt, it says alpha. Next: answer.");
+    assert_eq!(checkpoint["evidence"][0]["tool"], "read_file");
     let session = events[0]["session_id"].as_str().unwrap().to_owned();
 
     let listed = env.run(&["sessions"]);
@@ -82,9 +91,72 @@ fn max_steps_suspends_with_exit_3_and_resume_by_prefix_completes() {
     // Nothing left to resume.
     let output = env.run(&["resume", prefix]);
     assert_eq!(output.status.code(), Some(2));
-    // A new turn on the same session.
     let sessions = stdout(&env.run(&["sessions", "--json"]));
     assert!(sessions.contains("\"status\":\"completed\""), "{sessions}");
+}
+
+#[test]
+fn token_and_time_budgets_suspend_with_a_checkpoint_and_resume_to_completion() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let step = r#"{"tool_calls":[{"name":"list_dir","arguments":{"path":"."}}],"usage":{"input_tokens":300,"output_tokens":100}}"#;
+    let model = scripted(
+        &env,
+        &format!(
+            r#"{{"steps":[{step},{{"text":"Report: listed the folder.","usage":{{"input_tokens":400,"output_tokens":20}}}},{{"text":"all done"}}]}}"#
+        ),
+    );
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--max-tokens",
+        "700",
+        "--json",
+        "t",
+    ]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let events = json_lines(&output);
+    let exhausted = events.iter().find(|e| e["kind"] == "budget_exhausted").unwrap();
+    assert_eq!(exhausted["report_requested"], true);
+    assert!(exhausted["reason"].as_str().unwrap().contains("token budget"), "{exhausted}");
+    assert!(events.iter().any(|e| e["kind"] == "checkpoint"));
+    let session = events[0]["session_id"].as_str().unwrap().to_owned();
+    let output = env.run(&["resume", &session]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), "all done");
+
+    // Wall clock: the command outlives the budget and is stopped while it runs.
+    let model = scripted(
+        &env,
+        r#"{"steps":[{"tool_calls":[{"name":"bash","arguments":{"command":"sleep 20; echo late > late.txt"}}]},{"text":"resumed"}]}"#,
+    );
+    let started = std::time::Instant::now();
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--max-time",
+        "2s",
+        "--approval",
+        "auto",
+        "--sandbox",
+        "bypass",
+        "--json",
+        "t",
+    ]);
+    assert!(started.elapsed() < Duration::from_secs(15), "the time budget did not stop the tool");
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let events = json_lines(&output);
+    let result = events.iter().find(|e| e["kind"] == "tool_result").unwrap();
+    assert_eq!(result["outcome"], "cancelled");
+    assert!(result["content"].as_str().unwrap().contains("stopped early"));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!ws.join("late.txt").exists());
 }
 
 const READ_WRITE_BASH: &str = r#"{"steps":[

@@ -1,3 +1,4 @@
+mod budgets;
 mod dependencies;
 mod gates;
 mod recovery;

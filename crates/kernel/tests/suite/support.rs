@@ -99,6 +99,8 @@ pub(crate) struct Harness {
     pub(crate) mode: ExecutionMode,
     pub(crate) approval: PermissionAnswer,
     pub(crate) max_steps: Option<u32>,
+    pub(crate) budget: keel_contracts::Budget,
+    pub(crate) price: Option<keel_contracts::Price>,
     pub(crate) instructions: Vec<Instruction>,
     pub(crate) rules: PermissionRules,
     pub(crate) ids: Arc<SeqIds>,
@@ -114,6 +116,8 @@ impl Harness {
             mode: ExecutionMode::Live,
             approval: PermissionAnswer::AllowOnce,
             max_steps: None,
+            budget: keel_contracts::Budget::default(),
+            price: None,
             instructions: Vec::new(),
             rules: PermissionRules::default(),
             ids: Arc::new(SeqIds::new()),
@@ -146,7 +150,8 @@ impl Harness {
                 PermissionAnswer::Deny => ApprovalMode::Deny,
                 PermissionAnswer::AllowOnce | PermissionAnswer::AllowSession => ApprovalMode::Auto,
             },
-            max_steps: self.max_steps,
+            budget: keel_contracts::Budget { max_steps: self.max_steps, ..self.budget },
+            price: self.price,
             instructions: self.instructions.clone(),
             rules: self.rules.clone(),
             cancel_poll: Duration::from_millis(50),
@@ -200,8 +205,9 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
             }
             EventKind::SessionSealed { reason } => format!("session_sealed {reason}"),
             EventKind::TurnStarted { input } => format!("turn_started {input:?}"),
-            EventKind::RunStarted { mode, approval, max_steps, resumes, .. } => format!(
-                "run_started {mode:?} {approval:?} max_steps={max_steps:?}{}",
+            EventKind::RunStarted { mode, approval, budget, resumes, .. } => format!(
+                "run_started {mode:?} {approval:?} max_steps={:?}{}",
+                budget.max_steps,
                 resumes.map(|r| format!(" resumes={}", short(&r.to_string()))).unwrap_or_default()
             ),
             EventKind::RunComposition { provider, tools, .. } => {
@@ -216,6 +222,16 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
                     .map(|c| format!("{} {} {}", c.call_id, c.name, c.arguments))
                     .collect();
                 format!("model_response {finish_reason} {text:?} [{}]", calls.join("; "))
+            }
+            EventKind::BudgetExhausted { reason, report_requested } => {
+                format!("budget_exhausted report_requested={report_requested} {reason}")
+            }
+            EventKind::Checkpoint { report, evidence, .. } => {
+                let evidence: Vec<String> = evidence
+                    .iter()
+                    .map(|e| format!("#{} {} {}", e.seq.0, e.tool, e.outcome.as_str()))
+                    .collect();
+                format!("checkpoint {report:?} evidence=[{}]", evidence.join(", "))
             }
             EventKind::GateDecision { call_id, decision, reason, .. } => {
                 format!("gate_decision {call_id} {decision:?} {reason}")
@@ -251,4 +267,39 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
 fn short(id: &str) -> String {
     let tail = id.rsplit('-').next().unwrap_or(id).trim_start_matches('0');
     format!("id{tail}")
+}
+
+/// Wraps a model and keeps every request it was sent.
+#[derive(Debug)]
+pub(crate) struct Recording {
+    pub(crate) inner: Arc<dyn ModelClient>,
+    pub(crate) requests: Arc<Mutex<Vec<keel_contracts::ModelRequest>>>,
+}
+
+#[async_trait]
+impl ModelClient for Recording {
+    fn info(&self) -> keel_contracts::ModelInfo {
+        self.inner.info()
+    }
+    async fn complete(
+        &self,
+        request: &keel_contracts::ModelRequest,
+        on_delta: &(dyn Fn(keel_contracts::StreamDelta) + Send + Sync),
+    ) -> Result<keel_contracts::ModelResponse, keel_contracts::ModelError> {
+        self.requests.lock().unwrap().push(request.clone());
+        self.inner.complete(request, on_delta).await
+    }
+}
+
+impl Harness {
+    /// A kernel over `script` that records the requests it sends.
+    pub(crate) fn recording_kernel(
+        &self,
+        script: &str,
+    ) -> (Kernel, Arc<Mutex<Vec<keel_contracts::ModelRequest>>>) {
+        let model = ScriptedModel::new(serde_json::from_str(script).unwrap(), "test-script");
+        let requests = Arc::default();
+        let recording = Recording { inner: Arc::new(model), requests: Arc::clone(&requests) };
+        (self.kernel_with(Arc::new(recording)), requests)
+    }
 }

@@ -1,0 +1,295 @@
+//! Budgets (DESIGN.md §4): when a run must stop early, decided as a pure function.
+//!
+//! Exhaustion suspends a run (never completes it). Before that, the last permitted step
+//! runs with tools off so the model can write its report; a step is the last permitted when
+//! the next one would reach a ceiling, predicted from the previous step's own spend.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Usage;
+
+/// Ceilings for one run. `None` means no ceiling of that kind.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Budget {
+    /// Model requests.
+    pub max_steps: Option<u32>,
+    /// Tokens (input + output + reasoning) over the run's responses.
+    pub max_tokens: Option<u64>,
+    /// Cost in USD over the run's responses.
+    pub max_cost_usd: Option<f64>,
+    /// Wall-clock time since the run started.
+    #[serde(with = "optional_millis")]
+    pub max_time: Option<Duration>,
+}
+
+mod optional_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        value: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(duration) => {
+                s.serialize_some(&u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+            }
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+impl Budget {
+    /// Whether any ceiling is set.
+    pub fn is_limited(&self) -> bool {
+        self.max_steps.is_some()
+            || self.max_tokens.is_some()
+            || self.max_cost_usd.is_some()
+            || self.max_time.is_some()
+    }
+
+    /// What is left of this budget after `spent`, as a budget (for a child, which may never
+    /// outspend its parent). Ceilings already passed are left at zero.
+    pub fn remaining(&self, spent: &Spent) -> Budget {
+        Budget {
+            max_steps: self.max_steps.map(|max| max.saturating_sub(spent.steps)),
+            max_tokens: self.max_tokens.map(|max| max.saturating_sub(spent.tokens)),
+            max_cost_usd: self.max_cost_usd.map(|max| (max - spent.cost_usd).max(0.0)),
+            max_time: self.max_time.map(|max| max.saturating_sub(spent.elapsed)),
+        }
+    }
+
+    /// The tighter of two budgets, ceiling by ceiling.
+    pub fn min(&self, other: &Budget) -> Budget {
+        fn tighter<T: PartialOrd + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(if b < a { b } else { a }),
+                (a, None) => a,
+                (None, b) => b,
+            }
+        }
+        Budget {
+            max_steps: tighter(self.max_steps, other.max_steps),
+            max_tokens: tighter(self.max_tokens, other.max_tokens),
+            max_cost_usd: tighter(self.max_cost_usd, other.max_cost_usd),
+            max_time: tighter(self.max_time, other.max_time),
+        }
+    }
+}
+
+/// What a run has spent so far, and what its last step cost on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Spent {
+    /// Model requests made.
+    pub steps: u32,
+    /// Tokens over the responses.
+    pub tokens: u64,
+    /// Cost in USD over the responses (responses without a known cost count as zero here;
+    /// a cost ceiling is only accepted when the price is known).
+    pub cost_usd: f64,
+    /// Time since the run started.
+    pub elapsed: Duration,
+    /// Tokens of the last step alone.
+    pub last_step_tokens: u64,
+    /// Cost of the last step alone, in USD.
+    pub last_step_cost_usd: f64,
+    /// Duration of the last step alone.
+    pub last_step_elapsed: Duration,
+}
+
+/// Tokens a response counts against a token ceiling: input, output and reasoning.
+pub fn usage_tokens(usage: &Usage) -> u64 {
+    usage.input_tokens.unwrap_or(0)
+        + usage.output_tokens.unwrap_or(0)
+        + usage.reasoning_tokens.unwrap_or(0)
+}
+
+/// The answer of [`check_budget`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BudgetVerdict {
+    /// Go on normally.
+    Continue,
+    /// The next step is the last permitted: run it with tools off for a report.
+    LastStep {
+        /// Which ceiling, with figures; starts with "stopped early".
+        reason: String,
+    },
+    /// No step is left: suspend now.
+    Exhausted {
+        /// Which ceiling, with figures; starts with "stopped early".
+        reason: String,
+    },
+}
+
+/// Decides, before a step, whether the run may take it and whether it is the last one.
+///
+/// # Examples
+///
+/// ```
+/// use keel_contracts::{Budget, BudgetVerdict, Spent, check_budget};
+/// let budget = Budget { max_steps: Some(3), ..Budget::default() };
+/// assert_eq!(check_budget(&budget, &Spent { steps: 1, ..Spent::default() }), BudgetVerdict::Continue);
+/// assert!(matches!(check_budget(&budget, &Spent { steps: 2, ..Spent::default() }), BudgetVerdict::LastStep { .. }));
+/// assert!(matches!(check_budget(&budget, &Spent { steps: 3, ..Spent::default() }), BudgetVerdict::Exhausted { .. }));
+/// ```
+pub fn check_budget(budget: &Budget, spent: &Spent) -> BudgetVerdict {
+    let mut last_step = None;
+    if let Some(max) = budget.max_steps {
+        if spent.steps >= max {
+            return exhausted(format!("step budget reached ({} of {max} steps)", spent.steps));
+        }
+        if spent.steps + 1 >= max {
+            last_step.get_or_insert(format!(
+                "step budget: step {} of {max} is the last",
+                spent.steps + 1
+            ));
+        }
+    }
+    if let Some(max) = budget.max_tokens {
+        if spent.tokens >= max {
+            return exhausted(format!("token budget exhausted ({} of {max} tokens)", spent.tokens));
+        }
+        if spent.steps > 0 && spent.tokens + spent.last_step_tokens >= max {
+            last_step.get_or_insert(format!(
+                "token budget: {} of {max} tokens used, the next step would exceed it",
+                spent.tokens
+            ));
+        }
+    }
+    if let Some(max) = budget.max_cost_usd {
+        if spent.cost_usd >= max {
+            return exhausted(format!(
+                "cost budget exhausted (${:.4} of ${max:.4})",
+                spent.cost_usd
+            ));
+        }
+        if spent.steps > 0 && spent.cost_usd + spent.last_step_cost_usd >= max {
+            last_step.get_or_insert(format!(
+                "cost budget: ${:.4} of ${max:.4} used, the next step would exceed it",
+                spent.cost_usd
+            ));
+        }
+    }
+    if let Some(max) = budget.max_time {
+        if spent.elapsed >= max {
+            return exhausted(format!(
+                "time budget exhausted ({} ms of {} ms)",
+                spent.elapsed.as_millis(),
+                max.as_millis()
+            ));
+        }
+        if spent.steps > 0 && spent.elapsed + spent.last_step_elapsed >= max {
+            last_step.get_or_insert(format!(
+                "time budget: {} ms of {} ms used, the next step would exceed it",
+                spent.elapsed.as_millis(),
+                max.as_millis()
+            ));
+        }
+    }
+    match last_step {
+        Some(reason) => BudgetVerdict::LastStep { reason: format!("stopped early: {reason}") },
+        None => BudgetVerdict::Continue,
+    }
+}
+
+fn exhausted(reason: String) -> BudgetVerdict {
+    BudgetVerdict::Exhausted { reason: format!("stopped early: {reason}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spent(steps: u32, tokens: u64, last: u64) -> Spent {
+        Spent { steps, tokens, last_step_tokens: last, ..Spent::default() }
+    }
+
+    #[test]
+    fn verdict_table() {
+        let tokens = Budget { max_tokens: Some(1000), ..Budget::default() };
+        let time = Budget { max_time: Some(Duration::from_secs(10)), ..Budget::default() };
+        let cost = Budget { max_cost_usd: Some(0.5), ..Budget::default() };
+        let cases: Vec<(Budget, Spent, &str)> = vec![
+            (Budget::default(), spent(500, 10_000_000, 10_000), "continue"),
+            (tokens, spent(0, 0, 0), "continue"),
+            (tokens, spent(1, 400, 400), "continue"),
+            (tokens, spent(2, 800, 400), "last"),
+            (tokens, spent(3, 1000, 200), "exhausted"),
+            (
+                time,
+                Spent {
+                    steps: 1,
+                    elapsed: Duration::from_secs(4),
+                    last_step_elapsed: Duration::from_secs(4),
+                    ..Spent::default()
+                },
+                "continue",
+            ),
+            (
+                time,
+                Spent {
+                    steps: 2,
+                    elapsed: Duration::from_secs(8),
+                    last_step_elapsed: Duration::from_secs(4),
+                    ..Spent::default()
+                },
+                "last",
+            ),
+            (
+                time,
+                Spent { steps: 2, elapsed: Duration::from_secs(11), ..Spent::default() },
+                "exhausted",
+            ),
+            (
+                cost,
+                Spent { steps: 1, cost_usd: 0.2, last_step_cost_usd: 0.2, ..Spent::default() },
+                "continue",
+            ),
+            (
+                cost,
+                Spent { steps: 2, cost_usd: 0.4, last_step_cost_usd: 0.2, ..Spent::default() },
+                "last",
+            ),
+            (cost, Spent { steps: 3, cost_usd: 0.6, ..Spent::default() }, "exhausted"),
+        ];
+        for (budget, spent, want) in cases {
+            let got = match check_budget(&budget, &spent) {
+                BudgetVerdict::Continue => "continue",
+                BudgetVerdict::LastStep { reason } => {
+                    assert!(reason.starts_with("stopped early: "), "{reason}");
+                    "last"
+                }
+                BudgetVerdict::Exhausted { reason } => {
+                    assert!(reason.starts_with("stopped early: "), "{reason}");
+                    "exhausted"
+                }
+            };
+            assert_eq!(got, want, "{budget:?} {spent:?}");
+        }
+    }
+
+    #[test]
+    fn a_child_never_gets_more_than_the_parent_has_left() {
+        let parent = Budget { max_tokens: Some(1000), max_steps: Some(10), ..Budget::default() };
+        let left = parent.remaining(&spent(4, 700, 100));
+        assert_eq!(left.max_tokens, Some(300));
+        assert_eq!(left.max_steps, Some(6));
+        let child_own = Budget {
+            max_tokens: Some(5000),
+            max_time: Some(Duration::from_secs(60)),
+            ..Budget::default()
+        };
+        let child = child_own.min(&left);
+        assert_eq!(child.max_tokens, Some(300));
+        assert_eq!(child.max_time, Some(Duration::from_secs(60)));
+    }
+}
