@@ -78,6 +78,7 @@ struct Resolved {
     run: RunConfig,
     permissions: Arc<dyn PermissionHook>,
     context_window: Option<u64>,
+    max_agent_depth: u32,
 }
 
 fn resolve(
@@ -227,6 +228,7 @@ fn resolve(
         },
         permissions,
         context_window: options.context_window,
+        max_agent_depth: config.max_agent_depth.unwrap_or(keel_kernel::DEFAULT_MAX_AGENT_DEPTH),
     })
 }
 
@@ -290,7 +292,8 @@ fn build_kernel(
         permissions: resolved.permissions.clone(),
         observer: Arc::new(Printer::new(json)),
     };
-    Kernel::new(deps).context("cannot assemble the tool registry")
+    Kernel::with_max_agent_depth(deps, resolved.max_agent_depth)
+        .context("cannot assemble the tool registry")
 }
 
 /// Cancels on the first Ctrl-C; a second one exits at once.

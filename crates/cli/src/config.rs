@@ -22,6 +22,8 @@ pub(crate) struct ConfigFile {
     pub(crate) max_tokens: Option<u64>,
     pub(crate) max_cost_usd: Option<f64>,
     pub(crate) max_time: Option<String>,
+    /// How deep sub-agents may nest (default 1: children, no grandchildren; 0: none).
+    pub(crate) max_agent_depth: Option<u32>,
     pub(crate) approval: Option<String>,
     pub(crate) sandbox: Option<String>,
     pub(crate) mode: Option<String>,
@@ -116,6 +118,11 @@ pub(crate) fn load_merged(keel_home: &Path, workspace: &Path) -> anyhow::Result<
         max_tokens: local.max_tokens.or(user.max_tokens),
         max_cost_usd: local.max_cost_usd.or(user.max_cost_usd),
         max_time: local.max_time.or(user.max_time),
+        // Depth only narrows from the workspace file.
+        max_agent_depth: match (local.max_agent_depth, user.max_agent_depth) {
+            (Some(local), Some(user)) => Some(local.min(user)),
+            (local, user) => local.or(user),
+        },
         approval: user.approval,
         sandbox: user.sandbox,
         mode: local.mode.or(user.mode),

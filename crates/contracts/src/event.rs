@@ -116,6 +116,24 @@ pub struct UsageTotals {
 }
 
 impl UsageTotals {
+    /// Adds another total (a child's spend to its parent's).
+    pub fn absorb(&mut self, other: &UsageTotals) {
+        if other.responses == 0 {
+            return;
+        }
+        self.cost_usd = match (self.responses, self.cost_usd, other.cost_usd) {
+            (0, _, cost) => cost,
+            (_, Some(total), Some(cost)) => Some(total + cost),
+            _ => None,
+        };
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+        self.responses += other.responses;
+        self.responses_without_usage += other.responses_without_usage;
+    }
+
     /// Adds one response's usage and cost (`None`: unknown).
     pub fn add(&mut self, usage: &Usage, cost_usd: Option<f64>) {
         self.cost_usd = match (self.responses, self.cost_usd, cost_usd) {

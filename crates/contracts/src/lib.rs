@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 mod budget;
+mod children;
 mod clock;
 mod envelope;
 mod event;
@@ -31,6 +32,7 @@ mod store;
 mod tool;
 
 pub use budget::{Budget, BudgetVerdict, Spent, check_budget, usage_tokens};
+pub use children::{REFUSAL_CHILD_TOOLS, child_allowance};
 pub use clock::{Clock, IdGen, SystemClock, UuidV7Ids};
 pub use envelope::{
     Authorization, Envelope, ExecutionMode, REFUSAL_FORBIDDEN, REFUSAL_NOT_IN_READS,

@@ -1,4 +1,6 @@
 //! Cancellation of a run: Ctrl-C, `keel stop`, or a host shutting a session down.
+//! A child token ([`Cancellation::child`]) is cancelled with its parent, never the reverse:
+//! cancelling a parent run cancels its sub-agents.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +17,14 @@ pub struct Cancellation {
 struct Inner {
     cancelled: AtomicBool,
     notify: Notify,
+    parent: Option<Arc<Inner>>,
+}
+
+impl Inner {
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+            || self.parent.as_ref().is_some_and(|parent| parent.is_cancelled())
+    }
 }
 
 impl Cancellation {
@@ -23,29 +33,67 @@ impl Cancellation {
         Cancellation::default()
     }
 
+    /// A flag that is cancelled when this one is (and may be cancelled on its own).
+    pub fn child(&self) -> Cancellation {
+        Cancellation {
+            inner: Arc::new(Inner {
+                cancelled: AtomicBool::new(false),
+                notify: Notify::new(),
+                parent: Some(self.inner.clone()),
+            }),
+        }
+    }
+
     /// Cancels: every waiter wakes, every later check sees it.
     pub fn cancel(&self) {
         self.inner.cancelled.store(true, Ordering::SeqCst);
         self.inner.notify.notify_waiters();
     }
 
-    /// Whether [`Cancellation::cancel`] was called.
+    /// Whether this flag or an ancestor was cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancelled.load(Ordering::SeqCst)
+        self.inner.is_cancelled()
     }
 
-    /// Resolves once cancelled.
+    /// Resolves once this flag or an ancestor is cancelled.
     ///
     /// # Cancel safety
     ///
     /// Safe to drop and call again.
     pub async fn cancelled(&self) {
+        let mut chain = Vec::new();
+        let mut node = Some(&self.inner);
+        while let Some(inner) = node {
+            chain.push(inner.clone());
+            node = inner.parent.as_ref();
+        }
         loop {
-            let notified = self.inner.notify.notified();
+            let waits: Vec<_> =
+                chain.iter().map(|inner| Box::pin(inner.notify.notified())).collect();
             if self.is_cancelled() {
                 return;
             }
-            notified.await;
+            futures::future::select_all(waits).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_parent_cancels_its_children_not_the_reverse() {
+        let parent = Cancellation::new();
+        let child = parent.child();
+        let grandchild = child.child();
+        child.cancel();
+        assert!(child.is_cancelled() && grandchild.is_cancelled());
+        assert!(!parent.is_cancelled());
+        let other = parent.child();
+        let waiter = tokio::spawn(async move { other.cancelled().await });
+        tokio::task::yield_now().await;
+        parent.cancel();
+        waiter.await.unwrap();
     }
 }

@@ -139,9 +139,17 @@ pub struct RunReport {
 /// The agent runtime kernel.
 #[derive(Debug)]
 pub struct Kernel {
-    deps: KernelDeps,
-    registry: Registry,
+    pub(crate) deps: KernelDeps,
+    pub(crate) registry: Registry,
+    /// 0 for a top-level session, 1 for its children, …
+    depth: u32,
+    /// Sessions at this depth may not spawn children.
+    max_agent_depth: u32,
 }
+
+/// How deep sub-agents may nest by default: a top-level agent may spawn children, which
+/// may not spawn their own.
+pub const DEFAULT_MAX_AGENT_DEPTH: u32 = 1;
 
 /// Identical failing calls (same tool, same arguments) allowed before further repeats
 /// are blocked.
@@ -159,8 +167,43 @@ impl Kernel {
     ///
     /// [`crate::RegistryError`] when two tools share a name or a schema does not compile.
     pub fn new(deps: KernelDeps) -> std::result::Result<Kernel, crate::RegistryError> {
-        let registry = Registry::new(deps.tools.clone())?;
-        Ok(Kernel { deps, registry })
+        Kernel::at_depth(deps, 0, DEFAULT_MAX_AGENT_DEPTH)
+    }
+
+    /// A kernel whose sub-agents may nest `max_agent_depth` levels deep (0: no sub-agents).
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernel::new`].
+    pub fn with_max_agent_depth(
+        deps: KernelDeps,
+        max_agent_depth: u32,
+    ) -> std::result::Result<Kernel, crate::RegistryError> {
+        Kernel::at_depth(deps, 0, max_agent_depth)
+    }
+
+    fn at_depth(
+        deps: KernelDeps,
+        depth: u32,
+        max_agent_depth: u32,
+    ) -> std::result::Result<Kernel, crate::RegistryError> {
+        let agents = if depth < max_agent_depth {
+            crate::AgentTools::Offered
+        } else {
+            crate::AgentTools::Withheld
+        };
+        let registry = Registry::new(deps.tools.clone(), agents)?;
+        Ok(Kernel { deps, registry, depth, max_agent_depth })
+    }
+
+    /// The kernel a child session runs on: the same adapters, the given tools, one level
+    /// deeper.
+    pub(crate) fn child_kernel(
+        &self,
+        tools: Vec<Arc<dyn Tool>>,
+    ) -> std::result::Result<Kernel, crate::RegistryError> {
+        let deps = KernelDeps { tools, ..self.deps.clone() };
+        Kernel::at_depth(deps, self.depth + 1, self.max_agent_depth)
     }
 
     /// The tool registry.
@@ -178,6 +221,14 @@ impl Kernel {
     ///
     /// The session exists if and only if the append completed.
     pub async fn create_session(&self, config: &SessionConfig) -> Result<SessionId> {
+        self.create_session_with(config, None).await
+    }
+
+    pub(crate) async fn create_session_with(
+        &self,
+        config: &SessionConfig,
+        lineage: Option<keel_contracts::Lineage>,
+    ) -> Result<SessionId> {
         let session_id = self.deps.ids.session_id();
         let mut ledger = Ledger::new_session(
             session_id,
@@ -194,7 +245,7 @@ impl Kernel {
                     model: config.model_spec.clone(),
                     envelope: config.envelope.clone(),
                     mode: config.mode,
-                    lineage: None,
+                    lineage,
                 },
             )
             .await?;
@@ -355,6 +406,7 @@ impl Kernel {
         let mut calls = CallState::new(
             &self.deps,
             &self.registry,
+            self,
             CallPolicy {
                 workspace: workspace.into(),
                 envelope,
@@ -362,6 +414,7 @@ impl Kernel {
                 sandbox: config.sandbox,
                 rules: config.rules.clone(),
                 deadline,
+                run: config.clone(),
             },
         );
         let mut spent = Spent::default();
@@ -489,6 +542,7 @@ impl Kernel {
                     },
                 };
             }
+            calls.remaining = config.budget.remaining(&spent);
             let mut cancelled = false;
             let mut out_of_time = false;
             for call in &tool_calls {
@@ -504,6 +558,12 @@ impl Kernel {
                 let settled = calls.settle(&mut ledger, turn_id, run_id, call, cancel).await?;
                 out_of_time = settled == Settled::OutOfTime;
             }
+            // What children spent counts against this run.
+            let child_spent = calls.take_child_spent();
+            usage.absorb(&child_spent);
+            spent.tokens +=
+                child_spent.input_tokens + child_spent.output_tokens + child_spent.reasoning_tokens;
+            spent.cost_usd += child_spent.cost_usd.unwrap_or(0.0);
             if out_of_time {
                 let max = config.budget.max_time.unwrap_or_default().as_millis();
                 break TurnOutcome::Suspended {

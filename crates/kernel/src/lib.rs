@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 mod cancel;
+mod children;
 mod error;
 mod intrinsic;
 mod kernel;
@@ -29,8 +30,8 @@ mod settlement;
 pub use cancel::Cancellation;
 pub use error::{KernelError, Result};
 pub use kernel::{
-    Instruction, Kernel, KernelDeps, NoopObserver, Observer, RunConfig, RunReport, SessionConfig,
-    TurnOutcome,
+    DEFAULT_MAX_AGENT_DEPTH, Instruction, Kernel, KernelDeps, NoopObserver, Observer, RunConfig,
+    RunReport, SessionConfig, TurnOutcome,
 };
 pub use permission::{PermissionHook, PermissionRequest, StaticPermissions};
-pub use registry::{Registry, RegistryError};
+pub use registry::{AgentTools, Registry, RegistryError};

@@ -26,6 +26,15 @@ pub enum RegistryError {
     },
 }
 
+/// Whether the sub-agent tools are offered (withheld past the depth limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentTools {
+    /// `spawn_agent` and friends are registered.
+    Offered,
+    /// They are not (a child at the depth limit).
+    Withheld,
+}
+
 struct Entry {
     tool: Arc<dyn Tool>,
     validator: jsonschema::Validator,
@@ -53,11 +62,15 @@ impl Registry {
     /// [`RegistryError::Duplicate`] for a repeated name, [`RegistryError::ClaimsIntrinsic`]
     /// for a workspace tool whose spec says intrinsic, [`RegistryError::InvalidSchema`] for a
     /// schema that does not compile.
-    pub fn new(tools: Vec<Arc<dyn Tool>>) -> Result<Registry, RegistryError> {
+    pub fn new(tools: Vec<Arc<dyn Tool>>, agents: AgentTools) -> Result<Registry, RegistryError> {
         if let Some(claimant) = tools.iter().find(|tool| tool.spec().intrinsic) {
             return Err(RegistryError::ClaimsIntrinsic(claimant.spec().name.clone()));
         }
-        let all = tools.into_iter().chain(crate::intrinsic::tools());
+        let agent_tools = match agents {
+            AgentTools::Offered => crate::children::tools(),
+            AgentTools::Withheld => Vec::new(),
+        };
+        let all = tools.into_iter().chain(crate::intrinsic::tools()).chain(agent_tools);
         let mut entries = Vec::new();
         let mut by_name = BTreeMap::new();
         for tool in all {

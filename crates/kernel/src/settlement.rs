@@ -5,12 +5,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use keel_contracts::{
-    AttemptId, Authorization, Decision, Envelope, EventKind, ExecutionMode, Outcome,
+    AttemptId, Authorization, Budget, Decision, Envelope, EventKind, ExecutionMode, Outcome,
     PermissionAnswer, PermissionRules, REFUSAL_PERMISSION_DENIED, REFUSAL_SHADOW, RunId,
-    SandboxMode, ToolCall, ToolContext, ToolOutput, TurnId, authorize_tool_invocation,
+    SandboxMode, ToolCall, ToolContext, ToolOutput, TurnId, UsageTotals, authorize_tool_invocation,
     executes_in_shadow, requires_consent, sha256_hex,
 };
 
+use crate::children::{AgentCall, Children, is_agent_tool};
 use crate::kernel::REPEATED_FAILURE_LIMIT;
 use crate::ledger::Ledger;
 use crate::permission::PermissionRequest;
@@ -48,12 +49,19 @@ pub(crate) struct CallPolicy {
     pub(crate) sandbox: SandboxMode,
     pub(crate) rules: PermissionRules,
     pub(crate) deadline: Option<tokio::time::Instant>,
+    pub(crate) run: crate::RunConfig,
 }
 
 /// Per-run state of tool settlement.
 pub(crate) struct CallState<'a> {
     deps: &'a KernelDeps,
     registry: &'a Registry,
+    children: &'a dyn Children,
+    run: crate::RunConfig,
+    /// What the run has left, set by the loop before each step's calls.
+    pub(crate) remaining: Budget,
+    /// What sub-agents spent during this step's calls.
+    child_spent: UsageTotals,
     workspace: PathBuf,
     envelope: Envelope,
     mode: ExecutionMode,
@@ -120,12 +128,17 @@ impl<'a> CallState<'a> {
     pub(crate) fn new(
         deps: &'a KernelDeps,
         registry: &'a Registry,
+        children: &'a dyn Children,
         policy: CallPolicy,
     ) -> CallState<'a> {
-        let CallPolicy { workspace, envelope, mode, sandbox, rules, deadline } = policy;
+        let CallPolicy { workspace, envelope, mode, sandbox, rules, deadline, run } = policy;
         CallState {
             deps,
             registry,
+            children,
+            run,
+            remaining: Budget::default(),
+            child_spent: UsageTotals::default(),
             workspace,
             envelope,
             mode,
@@ -147,6 +160,11 @@ impl<'a> CallState<'a> {
     ) -> Result<()> {
         let call = Call { turn: Some(turn_id), run: Some(run_id), call };
         call.result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into()).await
+    }
+
+    /// What sub-agents spent since the last call of this.
+    pub(crate) fn take_child_spent(&mut self) -> UsageTotals {
+        std::mem::take(&mut self.child_spent)
     }
 
     /// Answers a call that will not run because the run stopped early.
@@ -323,6 +341,25 @@ impl<'a> CallState<'a> {
             call_id: tool_call.call_id.clone(),
             sandbox: self.sandbox,
         };
+        if spec.intrinsic && is_agent_tool(name) {
+            let answer = self
+                .children
+                .carry_out(AgentCall {
+                    tool: name,
+                    arguments: &tool_call.arguments,
+                    session_id: ledger.session_id,
+                    turn_id,
+                    run_id,
+                    call_id: &tool_call.call_id,
+                    cancel,
+                    remaining: self.remaining,
+                    run_config: &self.run,
+                })
+                .await?;
+            self.child_spent.absorb(&answer.spent);
+            let output = answer.output;
+            return call.result(ledger, Some(attempt_id), output.outcome, output.content).await;
+        }
         let arguments = tool_call.arguments.clone();
         let task =
             AbortOnDrop(tokio::spawn(async move { tool.invoke(&context, &arguments).await }));

@@ -6,6 +6,10 @@
 //! Each request consumes the step at its position, which is the number of model responses
 //! already recorded in the session ([`ModelRequest::responses_in_session`]), so a resumed
 //! session continues where it stopped.
+//!
+//! Sub-agents: `"agents": {"TASK": {"steps": [...]}}` gives the script of a child session
+//! whose task (its first user message) is exactly `TASK`; its positions count within the
+//! child session.
 
 use std::path::Path;
 
@@ -44,6 +48,9 @@ pub enum ScriptError {
 pub struct Script {
     /// The replies, one per model request, in order.
     pub steps: Vec<ScriptStep>,
+    /// Scripts of child sessions, by their exact task text.
+    #[serde(default)]
+    pub agents: std::collections::BTreeMap<String, Script>,
 }
 
 /// One scripted reply.
@@ -241,10 +248,18 @@ impl ModelClient for ScriptedModel {
     ) -> Result<ModelResponse, ModelError> {
         let position = usize::try_from(request.responses_in_session).unwrap_or(usize::MAX);
         let step_no = position.saturating_add(1);
-        let Some(step) = self.script.steps.get(position) else {
+        let task = request.messages.iter().find_map(|message| match message {
+            Message::User { text } => Some(text.as_str()),
+            Message::Assistant { .. } | Message::ToolResult { .. } => None,
+        });
+        let (script, whose) = match task.and_then(|task| self.script.agents.get(task)) {
+            Some(agent) => (agent, format!("agent script {:?}", task.unwrap_or_default())),
+            None => (&self.script, "script".to_owned()),
+        };
+        let Some(step) = script.steps.get(position) else {
             return Err(script_error(format!(
-                "script exhausted: request {step_no} but the script has {} steps",
-                self.script.steps.len()
+                "{whose} exhausted: request {step_no} but it has {} steps",
+                script.steps.len()
             )));
         };
         if let Some(expect) = &step.expect {
@@ -313,7 +328,7 @@ mod tests {
         assert_eq!(reply.finish_reason, FinishReason::Stop);
         let err = model.complete(&request(2, vec![]), &|_| {}).await.unwrap_err();
         assert_eq!(err.kind, ModelErrorKind::Script);
-        assert_eq!(err.message, "script exhausted: request 3 but the script has 2 steps");
+        assert_eq!(err.message, "script exhausted: request 3 but it has 2 steps");
     }
 
     #[tokio::test]
@@ -354,6 +369,22 @@ mod tests {
         let missing = request(0, vec![result(Outcome::Ok), result(Outcome::Refused)]);
         let err = model.complete(&missing, &|_| {}).await.unwrap_err();
         assert!(err.message.contains("contain \"the task\""), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_child_session_follows_its_own_script() {
+        let model = model(
+            r#"{"steps":[{"text":"parent"}],"agents":{"look around":{"steps":[{"text":"child one"},{"text":"child two"}]}}}"#,
+        );
+        let child = |n| request(n, vec![Message::User { text: "look around".into() }]);
+        assert_eq!(model.complete(&child(1), &|_| {}).await.unwrap().text, "child two");
+        let parent = request(0, vec![Message::User { text: "the task".into() }]);
+        assert_eq!(model.complete(&parent, &|_| {}).await.unwrap().text, "parent");
+        let err = model.complete(&child(2), &|_| {}).await.unwrap_err();
+        assert_eq!(
+            err.message,
+            "agent script \"look around\" exhausted: request 3 but it has 2 steps"
+        );
     }
 
     #[test]

@@ -474,3 +474,41 @@ fn config_rules_pre_answer_and_forbid_refuses_an_intrinsic_tool() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("cannot widen the boundary"), "{}", stderr(&output));
 }
+
+#[test]
+fn sub_agents_appear_under_their_parent_in_sessions_tree() {
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::write(ws.join("notes.txt"), "the answer is 42\n").unwrap();
+    let model = scripted(
+        &env,
+        r#"{
+            "steps": [
+                {"tool_calls":[{"name":"spawn_agent","arguments":{"task":"Find the answer in notes.txt."}}]},
+                {"text":"The child found 42.","expect":{"last_outcomes":["ok"],"contains":"completed: 42"}}
+            ],
+            "agents": {"Find the answer in notes.txt.": {"steps": [
+                {"tool_calls":[{"name":"read_file","arguments":{"path":"notes.txt"}},{"name":"write_file","arguments":{"path":"x","content":"y"}}]},
+                {"text":"42","expect":{"last_outcomes":["ok","error"]}}
+            ]}}
+        }"#,
+    );
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--approval",
+        "auto",
+        "ask a child",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), "The child found 42.");
+    assert!(!ws.join("x").exists(), "a child cannot write");
+    let tree = stdout(&env.run(&["sessions", "--tree"]));
+    let lines: Vec<&str> = tree.lines().collect();
+    assert_eq!(lines.len(), 2, "{tree}");
+    assert!(lines[0].contains("ask a child") && !lines[0].starts_with(' '), "{tree}");
+    assert!(lines[1].starts_with("  ") && lines[1].contains("Find the answer"), "{tree}");
+}

@@ -1,4 +1,5 @@
 mod budgets;
+mod children;
 mod dependencies;
 mod gates;
 mod recovery;

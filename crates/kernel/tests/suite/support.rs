@@ -76,7 +76,8 @@ pub(crate) fn spec(name: &str, access: Access, intrinsic: bool) -> ToolSpec {
 }
 
 /// The default tool set: `read` (first-party read), `write` (write), `broken` (read that
-/// fails), `boom` (read that panics), `slow` (write that sleeps 60 s). The kernel adds its
+/// fails), `boom` (read that panics), `slow` (write that sleeps 60 s), `nap` (read that
+/// sleeps 60 s). The kernel adds its
 /// intrinsic `todo` and `plan`.
 pub(crate) fn default_tools(log: &InvocationLog) -> Vec<Arc<dyn Tool>> {
     let tool = |name: &str, access, intrinsic, behaviour| -> Arc<dyn Tool> {
@@ -88,6 +89,7 @@ pub(crate) fn default_tools(log: &InvocationLog) -> Vec<Arc<dyn Tool>> {
         tool("broken", Access::Read, false, Behaviour::Fail("it broke".into())),
         tool("boom", Access::Read, false, Behaviour::Panic),
         tool("slow", Access::Write, false, Behaviour::Sleep(Duration::from_secs(60))),
+        tool("nap", Access::Read, false, Behaviour::Sleep(Duration::from_secs(60))),
     ]
 }
 
