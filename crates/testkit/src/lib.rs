@@ -1,1 +1,27 @@
-//! placeholder
+//! keel-testkit: dev-only helpers for keel's tests.
+//!
+//! - [`FakeClock`] and [`SeqIds`] make ledgers byte-stable across runs: timestamps start at
+//!   2026-01-01T00:00:00Z and step 1 ms per reading, ids count up from
+//!   `00000000-0000-7000-8000-000000000001`.
+//! - [`MemStore`] is the in-memory reference implementation of [`keel_contracts::Store`];
+//!   every other store must behave exactly like it.
+//! - [`FaultyStore`] wraps any store and fails appends on command (disk full, fsync), for
+//!   the kernel's fault tests.
+//! - [`conformance`] is the one generic store suite that `MemStore`, SQLite and PostgreSQL
+//!   all run.
+//!
+//! Invariant: this crate depends on keel-contracts only, never on keel-kernel or a concrete
+//! store, so any crate may dev-depend on it without a cycle.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod clock;
+pub mod conformance;
+mod faulty_store;
+mod ids;
+mod mem_store;
+
+pub use clock::FakeClock;
+pub use faulty_store::{Fault, FaultyStore};
+pub use ids::SeqIds;
+pub use mem_store::MemStore;
