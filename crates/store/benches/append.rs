@@ -1,0 +1,102 @@
+//! `SqliteStore` throughput: durable appends per second (one event per transaction vs
+//! group commit of 16), and reopening a ledger to read a 100k-event session.
+//!
+//! Run: `cargo bench -p keel-store --bench append`. Files live under Cargo's target tmp
+//! directory (a real disk, not tmpfs), so every commit pays a real fsync.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "benchmark harness: any failure should abort the run loudly"
+)]
+
+use std::cell::Cell;
+use std::hint::black_box;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use keel_contracts::{AttemptId, EventKind, Outcome, RuntimeEvent, Seq, SessionId, Store, TurnId};
+use keel_store::SqliteStore;
+use uuid::Uuid;
+
+/// Events in the session that is reopened and read back.
+const LONG_SESSION_EVENTS: u64 = 100_000;
+
+/// A representative event: a tool result of ~200 bytes, ~450 bytes of JSON.
+fn event(session_id: SessionId, seq: u64) -> RuntimeEvent {
+    let start = DateTime::<Utc>::from_timestamp(1_767_225_600, 0).unwrap();
+    let content =
+        format!("{seq:>8}: {}", "src/lib.rs:12: fn parse(input: &str) -> Result<Ast> ".repeat(4));
+    RuntimeEvent {
+        seq: Seq(seq),
+        session_id,
+        turn_id: Some(TurnId(Uuid::from_u128(2))),
+        run_id: None,
+        ts: start + TimeDelta::milliseconds(i64::try_from(seq).unwrap()),
+        kind: EventKind::ToolResult {
+            call_id: format!("call_{seq}").as_str().into(),
+            attempt_id: Some(AttemptId(Uuid::from_u128(u128::from(seq)))),
+            tool: "grep".to_owned(),
+            outcome: Outcome::Ok,
+            bytes: content.len() as u64,
+            content,
+        },
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap()
+}
+
+fn append_throughput(c: &mut Criterion) {
+    let runtime = runtime();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let store = SqliteStore::open(keel_store::default_path(dir.path())).unwrap();
+    let mut group = c.benchmark_group("store/append");
+    for (n, batch_len) in [(1_u128, 1_u64), (2, 16)] {
+        let session_id = SessionId(Uuid::from_u128(n));
+        let next_seq = Cell::new(1_u64);
+        group.throughput(Throughput::Elements(batch_len));
+        group.bench_function(format!("durable/batch_{batch_len}"), |bencher| {
+            bencher.iter_batched(
+                || {
+                    let first = next_seq.get();
+                    next_seq.set(first + batch_len);
+                    (first..first + batch_len).map(|seq| event(session_id, seq)).collect::<Vec<_>>()
+                },
+                |events| runtime.block_on(store.append(&events)).unwrap(),
+                BatchSize::SmallInput,
+            );
+        });
+    }
+    group.finish();
+}
+
+fn reopen_and_read(c: &mut Criterion) {
+    let runtime = runtime();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = keel_store::default_path(dir.path());
+    let session_id = SessionId(Uuid::from_u128(3));
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        let events: Vec<_> = (1..=LONG_SESSION_EVENTS).map(|seq| event(session_id, seq)).collect();
+        for chunk in events.chunks(1_000) {
+            runtime.block_on(store.append(chunk)).unwrap();
+        }
+    }
+    let mut group = c.benchmark_group("store/reopen_and_read");
+    group.sample_size(10).measurement_time(Duration::from_secs(30));
+    group.throughput(Throughput::Elements(LONG_SESSION_EVENTS));
+    group.bench_function(format!("{LONG_SESSION_EVENTS}_events"), |bencher| {
+        bencher.iter(|| {
+            let store = SqliteStore::open(&path).unwrap();
+            let events = runtime.block_on(store.read(session_id, Seq(0))).unwrap();
+            assert_eq!(events.len() as u64, LONG_SESSION_EVENTS);
+            black_box(events)
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, append_throughput, reopen_and_read);
+criterion_main!(benches);

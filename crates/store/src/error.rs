@@ -1,0 +1,48 @@
+//! Errors of this crate. Store operations report keel-contracts' per-operation errors
+//! (`AppendError`, `ReadError`, `ResolveError`); opening a store reports [`OpenError`].
+
+use std::path::PathBuf;
+
+/// Opening a ledger failed. Nothing was changed, except that missing parent directories
+/// may have been created and an empty file may have been initialized.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The ledger's parent directory could not be created.
+    #[error("cannot create directory {path}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// SQLite could not open, configure or migrate the file.
+    #[error("cannot open ledger {path}")]
+    Sqlite {
+        /// The ledger file (`:memory:` for an in-memory ledger).
+        path: PathBuf,
+        /// SQLite's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The file system refused write-ahead logging (some network file systems do), so
+    /// several processes could not share the ledger safely.
+    #[error("ledger {path} cannot use write-ahead logging (journal mode stayed {journal_mode})")]
+    NoWal {
+        /// The ledger file.
+        path: PathBuf,
+        /// The journal mode SQLite kept.
+        journal_mode: String,
+    },
+    /// The file was written by a newer keel; this one would misread it.
+    #[error("ledger {path} has schema version {found}, newer than the supported {supported}")]
+    NewerSchema {
+        /// The ledger file.
+        path: PathBuf,
+        /// The version in the file.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+}

@@ -1,0 +1,671 @@
+//! [`SqliteStore`]: the ledger in one embedded SQLite file.
+//!
+//! Durability: WAL journal with `synchronous=FULL`, so `COMMIT` returns only after the WAL
+//! is fsynced; a committed append survives power loss. Concurrency: every write is a
+//! `BEGIN IMMEDIATE` transaction, which takes SQLite's single write lock up front, so two
+//! processes can never interleave the read-check-insert of an append; a writer that finds
+//! the lock taken waits up to [`BUSY_TIMEOUT`].
+//!
+//! rusqlite is synchronous. The connection lives in a `std::sync::Mutex` and each
+//! operation runs on tokio's blocking pool (`spawn_blocking`), so the async executor never
+//! waits on disk. Consequently every async method needs a tokio runtime.
+
+mod schema;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, SecondsFormat, Utc};
+use keel_contracts::{
+    AppendError, ReadError, ResolveError, RuntimeEvent, Seq, SessionId, SessionSummary, Store,
+};
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use uuid::Uuid;
+
+use crate::error::OpenError;
+use crate::summary;
+
+/// How long an operation waits for another connection's write lock before failing with
+/// "database is locked".
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The schema version this build reads and writes (see [`OpenError::NewerSchema`]).
+pub const SCHEMA_VERSION: i64 = schema::LATEST;
+
+/// Where the embedded ledger lives under `KEEL_HOME`: `keel_home/keel.sqlite`.
+pub fn default_path(keel_home: &Path) -> PathBuf {
+    keel_home.join("keel.sqlite")
+}
+
+/// The default [`Store`]: an embedded SQLite ledger.
+///
+/// One handle holds one connection. Share a handle with `Arc`; open several handles (in
+/// one process or many) on one file when needed: they coordinate through SQLite's locks.
+/// Operations on one handle run one at a time.
+pub struct SqliteStore {
+    connection: Arc<Mutex<Connection>>,
+    /// `None` for an in-memory ledger.
+    path: Option<PathBuf>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the ledger at `path`: creates missing parent
+    /// directories, switches to WAL with `synchronous=FULL`, sets [`BUSY_TIMEOUT`] and
+    /// migrates the schema to [`SCHEMA_VERSION`].
+    ///
+    /// This blocks on disk; call it at startup or from a blocking task.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::CreateDir`] when a parent directory cannot be created;
+    /// [`OpenError::Sqlite`] when SQLite fails; [`OpenError::NoWal`] when the file system
+    /// refuses WAL; [`OpenError::NewerSchema`] when a newer keel wrote the file.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, OpenError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|source| OpenError::CreateDir { path: parent.to_path_buf(), source })?;
+        }
+        let mut connection = Connection::open(&path).map_err(sqlite_error(&path))?;
+        // SQLite answers "database is locked" without waiting while another connection is
+        // switching a new file to WAL, so a second process opening a fresh ledger at the
+        // same moment retries here instead of failing.
+        let mut n_attempts: u32 = 0;
+        loop {
+            match configure_file(&mut connection, &path) {
+                Err(OpenError::Sqlite { source, .. })
+                    if is_busy(&*source) && n_attempts < OPEN_BUSY_RETRIES =>
+                {
+                    n_attempts += 1;
+                    std::thread::sleep(OPEN_BUSY_RETRY_DELAY);
+                }
+                result => break result?,
+            }
+        }
+        Ok(SqliteStore { connection: Arc::new(Mutex::new(connection)), path: Some(path) })
+    }
+
+    /// A private, empty ledger in memory, gone when the handle is dropped. For tests.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::Sqlite`] when SQLite fails.
+    pub fn open_in_memory() -> Result<SqliteStore, OpenError> {
+        let path = PathBuf::from(":memory:");
+        let mut connection = Connection::open_in_memory().map_err(sqlite_error(&path))?;
+        migrate(&mut connection, &path)?;
+        Ok(SqliteStore { connection: Arc::new(Mutex::new(connection)), path: None })
+    }
+
+    /// The ledger file, or `None` for an in-memory ledger.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Runs `op` on the connection in tokio's blocking pool.
+    ///
+    /// The blocking task owns everything it touches, so it runs to completion even when
+    /// the returned future is dropped: a transaction it began is committed or rolled back,
+    /// never left half done.
+    async fn blocking<T, E>(
+        &self,
+        task_failed: fn(String) -> E,
+        op: impl FnOnce(&mut Connection) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let connection = Arc::clone(&self.connection);
+        let task = tokio::task::spawn_blocking(move || {
+            // A panic inside `op` unwinds through rusqlite's `Transaction`, whose drop
+            // rolls back; the connection itself is still sound, so poisoning is ignored.
+            let mut connection = connection.lock().unwrap_or_else(PoisonError::into_inner);
+            if !connection.is_autocommit() {
+                // Defensive: never let a later operation run inside a stale transaction.
+                if let Err(error) = connection.execute_batch("ROLLBACK") {
+                    return Err(task_failed(format!(
+                        "cannot roll back stale transaction: {error}"
+                    )));
+                }
+            }
+            op(&mut connection)
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(error) => Err(task_failed(format!("ledger task did not finish: {error}"))),
+        }
+    }
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let location = self.path.as_deref().unwrap_or(Path::new(":memory:"));
+        f.debug_struct("SqliteStore").field("path", &location).finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    /// Appends `events` in one `BEGIN IMMEDIATE` transaction.
+    ///
+    /// # Errors
+    ///
+    /// [`AppendError::InvalidBatch`] for mixed sessions, a gap inside the batch or seq 0;
+    /// [`AppendError::SeqConflict`] when the first new seq is not the session's last + 1 or
+    /// a stored event differs from the one offered at its seq;
+    /// [`AppendError::Backend`] with SQLite's message for I/O errors, a full disk, a failed
+    /// fsync, or a lock held past [`BUSY_TIMEOUT`]. Before `COMMIT` nothing is written.
+    /// An I/O error *at* `COMMIT` (a failed fsync) is the one ambiguous case: SQLite does not
+    /// publish the batch, but its WAL frames may be recovered on the next open. Retrying the
+    /// identical batch is correct either way (a no-op if it survived).
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped, the blocking task still finishes its transaction: the
+    /// batch ends up wholly written or not at all, and the caller does not learn which.
+    /// Re-appending the identical batch answers it (a no-op when it was written).
+    async fn append(&self, events: &[RuntimeEvent]) -> Result<(), AppendError> {
+        let Some(batch) = Batch::prepare(events)? else { return Ok(()) };
+        self.blocking(
+            |message| AppendError::Backend { message },
+            move |connection| append_batch(connection, &batch),
+        )
+        .await
+    }
+
+    /// Reads and decodes the events after `after`, in one consistent snapshot.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Corrupt`] with the lowest seq in range whose body does not decode or
+    /// names another seq or session: nothing is skipped and no partial list is returned;
+    /// read past it with `after` set to that seq. [`ReadError::Backend`] when SQLite fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn read(
+        &self,
+        session_id: SessionId,
+        after: Seq,
+    ) -> Result<Vec<RuntimeEvent>, ReadError> {
+        self.blocking(read_backend, move |connection| read_events(connection, session_id, after))
+            .await
+    }
+
+    /// Every session, newest `created_at` first (ties: larger id first).
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Backend`] when SQLite fails or a listing row does not decode.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn sessions(&self) -> Result<Vec<SessionSummary>, ReadError> {
+        self.blocking(read_backend, list_sessions).await
+    }
+
+    /// The one session whose id, without dashes, starts with `prefix` without dashes,
+    /// compared case-insensitively.
+    ///
+    /// # Errors
+    ///
+    /// [`ResolveError::NotFound`] when none matches (also for an empty or non-hex
+    /// prefix); [`ResolveError::Ambiguous`] when several do.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn resolve_session(&self, prefix: &str) -> Result<SessionId, ResolveError> {
+        let given = prefix.to_owned();
+        let not_found = || ResolveError::NotFound { prefix: given.clone() };
+        let Some(wanted) = normalize_prefix(prefix) else { return Err(not_found()) };
+        let matches = self
+            .blocking(read_backend, move |connection| sessions_with_prefix(connection, &wanted))
+            .await?;
+        match matches.as_slice() {
+            [] => Err(not_found()),
+            [only] => Ok(*only),
+            more => Err(ResolveError::Ambiguous { prefix: given.clone(), count: more.len() }),
+        }
+    }
+
+    /// Records a pending cancel request; a second request before a take is the same one.
+    ///
+    /// # Errors
+    ///
+    /// [`AppendError::Backend`] when SQLite fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the request is recorded or not; requesting again is harmless.
+    async fn request_cancel(&self, session_id: SessionId) -> Result<(), AppendError> {
+        self.blocking(
+            |message| AppendError::Backend { message },
+            move |connection| {
+                connection
+                    .prepare_cached(
+                        "INSERT INTO cancel_requests (session_id, requested_at)
+                     VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+                     ON CONFLICT (session_id) DO NOTHING",
+                    )
+                    .and_then(|mut insert| insert.execute([session_id.to_string()]))
+                    .map(drop)
+                    .map_err(append_backend)
+            },
+        )
+        .await
+    }
+
+    /// Deletes the session's pending cancel request, returning whether there was one.
+    /// One statement, so of two concurrent takers exactly one sees `true`.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Backend`] when SQLite fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: if dropped after the delete ran, the request is consumed and the
+    /// answer lost. Poll it to completion.
+    async fn take_cancel_request(&self, session_id: SessionId) -> Result<bool, ReadError> {
+        self.blocking(read_backend, move |connection| {
+            connection
+                .prepare_cached("DELETE FROM cancel_requests WHERE session_id = ?1")
+                .and_then(|mut delete| delete.execute([session_id.to_string()]))
+                .map(|deleted| deleted > 0)
+                .map_err(read_backend_sqlite)
+        })
+        .await
+    }
+}
+
+/// An append, checked and serialized before it reaches the connection.
+#[derive(Debug)]
+struct Batch {
+    session_id: SessionId,
+    rows: Vec<EventRow>,
+}
+
+/// One event as stored.
+#[derive(Debug)]
+struct EventRow {
+    event: RuntimeEvent,
+    seq: i64,
+    /// The full event as JSON: what is stored, compared on retry, and decoded on read.
+    body: String,
+}
+
+impl Batch {
+    /// Checks what needs no stored state (one session, contiguous seqs from at least 1) and
+    /// serializes each event. `None` for an empty batch.
+    fn prepare(events: &[RuntimeEvent]) -> Result<Option<Batch>, AppendError> {
+        let Some(first) = events.first() else { return Ok(None) };
+        let invalid = |reason: String| AppendError::InvalidBatch { reason };
+        if first.seq == Seq(0) {
+            return Err(invalid("seq starts at 1, got 0".to_owned()));
+        }
+        for pair in events.windows(2) {
+            if pair[1].session_id != first.session_id {
+                return Err(invalid(format!(
+                    "batch mixes sessions {} and {}",
+                    first.session_id, pair[1].session_id
+                )));
+            }
+            if pair[1].seq != pair[0].seq.next() {
+                return Err(invalid(format!(
+                    "seq {} follows {} in one batch",
+                    pair[1].seq, pair[0].seq
+                )));
+            }
+        }
+        let rows = events
+            .iter()
+            .map(|event| {
+                let seq = i64::try_from(event.seq.0)
+                    .map_err(|_| invalid(format!("seq {} is out of range", event.seq)))?;
+                let body = serde_json::to_string(event)
+                    .map_err(|error| AppendError::Backend { message: error.to_string() })?;
+                Ok(EventRow { event: event.clone(), seq, body })
+            })
+            .collect::<Result<Vec<_>, AppendError>>()?;
+        Ok(Some(Batch { session_id: first.session_id, rows }))
+    }
+}
+
+/// The append transaction: check the stored tail, insert what is new, update the listing.
+fn append_batch(connection: &mut Connection, batch: &Batch) -> Result<(), AppendError> {
+    let session_key = batch.session_id.to_string();
+    let tx = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(append_backend)?;
+    let stored = load_summary(&tx, &session_key)?;
+    let last_seq = stored.as_ref().map_or(Seq(0), |summary| summary.last_seq);
+    let conflict = |got: Seq| AppendError::SeqConflict {
+        session_id: batch.session_id,
+        expected: last_seq.next(),
+        got,
+    };
+
+    // Events at or below the stored tail must be byte-identical retries.
+    let first_new = {
+        let mut select = tx
+            .prepare_cached("SELECT body FROM events WHERE session_id = ?1 AND seq = ?2")
+            .map_err(append_backend)?;
+        let mut first_new = None;
+        for (index, row) in batch.rows.iter().enumerate() {
+            if row.event.seq > last_seq {
+                first_new = Some(index);
+                break;
+            }
+            let identical = select
+                .query_row(params![session_key, row.seq], |stored| {
+                    Ok(match stored.get_ref(0)? {
+                        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+                            bytes == row.body.as_bytes()
+                        }
+                        ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_) => false,
+                    })
+                })
+                .optional()
+                .map_err(append_backend)?;
+            if identical != Some(true) {
+                return Err(conflict(row.event.seq));
+            }
+        }
+        first_new
+    };
+    // Everything was already stored: nothing to write; dropping `tx` rolls back.
+    let Some(first_new) = first_new else { return Ok(()) };
+    let new_rows = &batch.rows[first_new..];
+    if new_rows[0].event.seq != last_seq.next() {
+        return Err(conflict(new_rows[0].event.seq));
+    }
+
+    let mut summary = stored.unwrap_or_else(|| summary::start(&new_rows[0].event));
+    {
+        let mut insert = tx
+            .prepare_cached(
+                "INSERT INTO events (session_id, seq, turn_id, run_id, ts, kind, body)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .map_err(append_backend)?;
+        for row in new_rows {
+            let event = &row.event;
+            insert
+                .execute(params![
+                    session_key,
+                    row.seq,
+                    event.turn_id.map(|id| id.to_string()),
+                    event.run_id.map(|id| id.to_string()),
+                    timestamp(event.ts),
+                    event.kind.name(),
+                    row.body,
+                ])
+                .map_err(append_backend)?;
+            summary::apply(&mut summary, event);
+        }
+    }
+    store_summary(&tx, &summary)?;
+    tx.commit().map_err(append_backend)
+}
+
+fn read_events(
+    connection: &mut Connection,
+    session_id: SessionId,
+    after: Seq,
+) -> Result<Vec<RuntimeEvent>, ReadError> {
+    let after = i64::try_from(after.0).unwrap_or(i64::MAX);
+    let mut select = connection
+        .prepare_cached(
+            "SELECT seq, body FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq",
+        )
+        .map_err(read_backend_sqlite)?;
+    let mut rows =
+        select.query(params![session_id.to_string(), after]).map_err(read_backend_sqlite)?;
+    let mut events = Vec::new();
+    while let Some(row) = rows.next().map_err(read_backend_sqlite)? {
+        let raw_seq: i64 = row.get(0).map_err(read_backend_sqlite)?;
+        let seq = Seq(u64::try_from(raw_seq).map_err(|_| ReadError::Backend {
+            message: format!("negative seq {raw_seq} in session {session_id}"),
+        })?);
+        let corrupt = |message: String| ReadError::Corrupt { session_id, seq, message };
+        let event: RuntimeEvent = match row.get_ref(1).map_err(read_backend_sqlite)? {
+            ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+                serde_json::from_slice(bytes).map_err(|error| corrupt(error.to_string()))?
+            }
+            other @ (ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_)) => {
+                return Err(corrupt(format!("body is {}, not JSON text", other.data_type())));
+            }
+        };
+        if event.seq != seq || event.session_id != session_id {
+            return Err(corrupt(format!(
+                "body says session {} seq {}",
+                event.session_id, event.seq
+            )));
+        }
+        events.push(event);
+    }
+    Ok(events)
+}
+
+/// A `sessions` row as SQLite holds it, before decoding.
+#[derive(Debug)]
+struct SummaryColumns {
+    id: String,
+    created_at: String,
+    updated_at: String,
+    workspace: String,
+    model: String,
+    title: String,
+    last_seq: i64,
+    status: String,
+    parent: Option<String>,
+}
+
+const SUMMARY_COLUMNS: &str =
+    "id, created_at, updated_at, workspace, model, title, last_seq, status, parent";
+
+impl SummaryColumns {
+    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryColumns> {
+        Ok(SummaryColumns {
+            id: row.get(0)?,
+            created_at: row.get(1)?,
+            updated_at: row.get(2)?,
+            workspace: row.get(3)?,
+            model: row.get(4)?,
+            title: row.get(5)?,
+            last_seq: row.get(6)?,
+            status: row.get(7)?,
+            parent: row.get(8)?,
+        })
+    }
+
+    fn decode(self) -> Result<SessionSummary, String> {
+        let id = parse_session_id(&self.id)?;
+        let context = |what: &str| format!("sessions row {id}: bad {what}");
+        Ok(SessionSummary {
+            id,
+            created_at: parse_timestamp(&self.created_at).ok_or_else(|| context("created_at"))?,
+            updated_at: parse_timestamp(&self.updated_at).ok_or_else(|| context("updated_at"))?,
+            workspace: self.workspace,
+            model: self.model,
+            title: self.title,
+            last_seq: Seq(u64::try_from(self.last_seq).map_err(|_| context("last_seq"))?),
+            status: summary::parse_status(&self.status).ok_or_else(|| context("status"))?,
+            parent: self
+                .parent
+                .as_deref()
+                .map(parse_session_id)
+                .transpose()
+                .map_err(|_| context("parent"))?,
+        })
+    }
+}
+
+fn load_summary(
+    tx: &Transaction<'_>,
+    session_key: &str,
+) -> Result<Option<SessionSummary>, AppendError> {
+    let columns = tx
+        .prepare_cached(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions WHERE id = ?1"))
+        .and_then(|mut select| select.query_row([session_key], SummaryColumns::from_row).optional())
+        .map_err(append_backend)?;
+    columns
+        .map(|columns| columns.decode().map_err(|message| AppendError::Backend { message }))
+        .transpose()
+}
+
+fn store_summary(tx: &Transaction<'_>, summary: &SessionSummary) -> Result<(), AppendError> {
+    let mut upsert = tx
+        .prepare_cached(&format!(
+            "INSERT INTO sessions ({SUMMARY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT (id) DO UPDATE SET
+                 created_at = excluded.created_at, updated_at = excluded.updated_at,
+                 workspace = excluded.workspace, model = excluded.model,
+                 title = excluded.title, last_seq = excluded.last_seq,
+                 status = excluded.status, parent = excluded.parent"
+        ))
+        .map_err(append_backend)?;
+    let last_seq = i64::try_from(summary.last_seq.0).map_err(|_| AppendError::InvalidBatch {
+        reason: format!("seq {} is out of range", summary.last_seq),
+    })?;
+    upsert
+        .execute(params![
+            summary.id.to_string(),
+            timestamp(summary.created_at),
+            timestamp(summary.updated_at),
+            summary.workspace,
+            summary.model,
+            summary.title,
+            last_seq,
+            summary.status.as_str(),
+            summary.parent.map(|parent| parent.to_string()),
+        ])
+        .map(drop)
+        .map_err(append_backend)
+}
+
+fn list_sessions(connection: &mut Connection) -> Result<Vec<SessionSummary>, ReadError> {
+    let mut select = connection
+        .prepare_cached(&format!(
+            "SELECT {SUMMARY_COLUMNS} FROM sessions ORDER BY created_at DESC, id DESC"
+        ))
+        .map_err(read_backend_sqlite)?;
+    let rows = select.query_map([], SummaryColumns::from_row).map_err(read_backend_sqlite)?;
+    rows.map(|columns| {
+        columns
+            .map_err(read_backend_sqlite)?
+            .decode()
+            .map_err(|message| ReadError::Backend { message })
+    })
+    .collect()
+}
+
+fn sessions_with_prefix(
+    connection: &mut Connection,
+    wanted: &str,
+) -> Result<Vec<SessionId>, ReadError> {
+    let mut select = connection
+        .prepare_cached(
+            "SELECT id FROM sessions WHERE substr(replace(id, '-', ''), 1, ?1) = ?2 ORDER BY id",
+        )
+        .map_err(read_backend_sqlite)?;
+    let length = i64::try_from(wanted.len()).unwrap_or(i64::MAX);
+    let ids = select
+        .query_map(params![length, wanted], |row| row.get::<_, String>(0))
+        .map_err(read_backend_sqlite)?;
+    ids.map(|id| {
+        parse_session_id(&id.map_err(read_backend_sqlite)?)
+            .map_err(|message| ReadError::Backend { message })
+    })
+    .collect()
+}
+
+/// Lowercase hex without dashes, or `None` when `prefix` cannot prefix any session id.
+fn normalize_prefix(prefix: &str) -> Option<String> {
+    let wanted: String =
+        prefix.trim().chars().filter(|c| *c != '-').map(|c| c.to_ascii_lowercase()).collect();
+    let valid =
+        !wanted.is_empty() && wanted.len() <= 32 && wanted.chars().all(|c| c.is_ascii_hexdigit());
+    valid.then_some(wanted)
+}
+
+/// The stored spelling of a timestamp: RFC 3339, UTC, nanoseconds, fixed width, so text
+/// order is time order and it reads back exactly.
+fn timestamp(ts: DateTime<Utc>) -> String {
+    ts.to_rfc3339_opts(SecondsFormat::Nanos, true)
+}
+
+fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text).ok().map(|ts| ts.with_timezone(&Utc))
+}
+
+fn parse_session_id(text: &str) -> Result<SessionId, String> {
+    Uuid::parse_str(text)
+        .map(SessionId)
+        .map_err(|error| format!("bad session id {text:?}: {error}"))
+}
+
+/// Pause between attempts of [`configure_file`] that found the file busy.
+const OPEN_BUSY_RETRY_DELAY: Duration = Duration::from_millis(10);
+/// Attempts of [`configure_file`] after the first, together about [`BUSY_TIMEOUT`].
+const OPEN_BUSY_RETRIES: u32 = 500;
+
+/// Sets the file's pragmas and migrates it. Every step is idempotent, so a busy attempt can
+/// simply be repeated.
+fn configure_file(connection: &mut Connection, path: &Path) -> Result<(), OpenError> {
+    let sqlite = sqlite_error(path);
+    connection.busy_timeout(BUSY_TIMEOUT).map_err(&sqlite)?;
+    let journal_mode: String = connection
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(&sqlite)?;
+    if !journal_mode.eq_ignore_ascii_case("wal") {
+        return Err(OpenError::NoWal { path: path.to_path_buf(), journal_mode });
+    }
+    // FULL, not NORMAL: NORMAL in WAL mode may lose the last commits on power loss.
+    connection.pragma_update(None, "synchronous", "FULL").map_err(&sqlite)?;
+    migrate(connection, path)
+}
+
+fn is_busy(error: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    error.downcast_ref::<rusqlite::Error>().and_then(rusqlite::Error::sqlite_error_code)
+        == Some(rusqlite::ErrorCode::DatabaseBusy)
+}
+
+fn migrate(connection: &mut Connection, path: &Path) -> Result<(), OpenError> {
+    match schema::migrate(connection).map_err(sqlite_error(path))? {
+        schema::Migration::Current => Ok(()),
+        schema::Migration::Newer(found) => Err(OpenError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported: schema::LATEST,
+        }),
+    }
+}
+
+fn sqlite_error(path: &Path) -> impl Fn(rusqlite::Error) -> OpenError + use<> {
+    let path = path.to_path_buf();
+    move |source| OpenError::Sqlite { path: path.clone(), source: Box::new(source) }
+}
+
+fn append_backend(error: rusqlite::Error) -> AppendError {
+    AppendError::Backend { message: error.to_string() }
+}
+
+fn read_backend(message: String) -> ReadError {
+    ReadError::Backend { message }
+}
+
+fn read_backend_sqlite(error: rusqlite::Error) -> ReadError {
+    ReadError::Backend { message: error.to_string() }
+}
+
+#[cfg(test)]
+mod tests;
