@@ -18,7 +18,6 @@
 //! - Retries are bounded by [`RetryPolicy`] and resend the whole request.
 
 mod assemble;
-mod failure;
 mod wire;
 
 use std::fmt;
@@ -29,36 +28,27 @@ use bytes::Bytes;
 use keel_contracts::{
     ModelClient, ModelError, ModelErrorKind, ModelInfo, ModelRequest, ModelResponse, StreamDelta,
 };
-use reqwest::header::{self, HeaderMap, HeaderValue};
+use reqwest::header::{self, HeaderMap};
 
+use crate::error::BuildError;
 use crate::retry::{Failure, Jitter, RetryPolicy, with_retries};
-use crate::sse::SseParser;
-use assemble::{Assembler, Flow, OnDelta};
+use crate::transport::{self, Credential, Overflow, StreamEnd, Timeouts, Transport};
+use assemble::{Assembler, OnDelta};
 use wire::{ChatCompletion, ChatRequest};
 
-/// The most of an error body that is read, in bytes; the rest is ignored.
-const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// The largest non-streaming completion body accepted, in bytes.
 const MAX_JSON_BODY_BYTES: usize = 16 * 1024 * 1024;
-
-/// What [`OpenAiChat::read_body`] does with a body longer than its limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Overflow {
-    /// Keep the first bytes, drop the rest (error bodies only explain a failure).
-    Truncate,
-    /// Fail: a cut completion would be a wrong answer.
-    Fail,
-}
 
 /// How to reach an OpenAI-compatible Chat Completions endpoint.
 ///
 /// [`OpenAiConfig::new`] fills in the defaults for everything but the endpoint and the
 /// model; the fields are public so a caller can change any of them before
-/// [`OpenAiChat::new`]. `Debug` shows `api_key` as `[redacted]`.
+/// [`OpenAiChat::new`] (or [`OpenAiResponses::new`](crate::OpenAiResponses::new), which
+/// takes the same configuration). `Debug` shows `api_key` as `[redacted]`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct OpenAiConfig {
     /// The API root, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:11434/v1`;
-    /// requests go to `{base_url}/chat/completions`.
+    /// requests go to `{base_url}/chat/completions` (or `{base_url}/responses`).
     pub base_url: String,
     /// Sent as `Authorization: Bearer …` when set (local servers often need none).
     pub api_key: Option<String>,
@@ -94,6 +84,23 @@ impl OpenAiConfig {
             stream_idle_timeout: Duration::from_secs(120),
         }
     }
+
+    /// The transport for `{base_url}/{path}` with this configuration's key and timeouts.
+    pub(crate) fn transport(&self, path: &str) -> Result<Transport, BuildError> {
+        let bearer = self.api_key.as_ref().map(|key| format!("Bearer {key}"));
+        let credential = match (&self.api_key, &bearer) {
+            (Some(key), Some(value)) => {
+                Some(Credential { header: header::AUTHORIZATION, value, secret: key })
+            }
+            _ => None,
+        };
+        let timeouts = Timeouts {
+            connect: self.connect_timeout,
+            request: self.request_timeout,
+            stream_idle: self.stream_idle_timeout,
+        };
+        Transport::new(&self.base_url, path, HeaderMap::new(), credential, timeouts)
+    }
 }
 
 impl fmt::Debug for OpenAiConfig {
@@ -111,28 +118,6 @@ impl fmt::Debug for OpenAiConfig {
     }
 }
 
-/// Why an [`OpenAiChat`] could not be built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum OpenAiBuildError {
-    /// The base URL is not an absolute `http` or `https` URL.
-    #[error("base url {base_url:?} is not an absolute http(s) url")]
-    InvalidBaseUrl {
-        /// The URL given.
-        base_url: String,
-    },
-    /// The API key cannot be sent in an HTTP header (it has control characters or
-    /// non-ASCII bytes). The key itself is not repeated here.
-    #[error("api key contains characters that cannot be sent in an http header")]
-    InvalidApiKey,
-    /// The HTTP client could not be set up (for example, no TLS roots).
-    #[error("http client could not be built: {message}")]
-    HttpClient {
-        /// The HTTP library's message.
-        message: String,
-    },
-}
-
 /// A [`ModelClient`] for an OpenAI-compatible Chat Completions endpoint, streaming over
 /// server-sent events.
 ///
@@ -141,16 +126,14 @@ pub enum OpenAiBuildError {
 #[derive(Clone)]
 pub struct OpenAiChat {
     config: OpenAiConfig,
-    endpoint: reqwest::Url,
-    authorization: Option<HeaderValue>,
-    http: reqwest::Client,
+    transport: Transport,
 }
 
 impl fmt::Debug for OpenAiChat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiChat")
             .field("config", &self.config)
-            .field("endpoint", &self.endpoint.as_str())
+            .field("endpoint", &self.transport.endpoint().as_str())
             .finish_non_exhaustive()
     }
 }
@@ -160,40 +143,17 @@ impl OpenAiChat {
     ///
     /// # Errors
     ///
-    /// [`OpenAiBuildError::InvalidBaseUrl`] when `base_url` is not an absolute http(s)
-    /// URL, [`OpenAiBuildError::InvalidApiKey`] when the key cannot be sent in a header,
-    /// [`OpenAiBuildError::HttpClient`] when the HTTP client cannot be set up.
-    pub fn new(config: OpenAiConfig) -> Result<Self, OpenAiBuildError> {
-        let invalid_url = || OpenAiBuildError::InvalidBaseUrl { base_url: config.base_url.clone() };
-        let endpoint = format!("{}/chat/completions", config.base_url.trim().trim_end_matches('/'));
-        let endpoint = reqwest::Url::parse(&endpoint).map_err(|_| invalid_url())?;
-        if !matches!(endpoint.scheme(), "http" | "https") || endpoint.host_str().is_none() {
-            return Err(invalid_url());
-        }
-        let authorization = match &config.api_key {
-            Some(key) => {
-                let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
-                    .map_err(|_| OpenAiBuildError::InvalidApiKey)?;
-                value.set_sensitive(true);
-                Some(value)
-            }
-            None => None,
-        };
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .user_agent(concat!("keel/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|error| OpenAiBuildError::HttpClient { message: error.to_string() })?;
-        Ok(OpenAiChat { config, endpoint, authorization, http })
+    /// [`BuildError::InvalidBaseUrl`] when `base_url` is not an absolute http(s) URL,
+    /// [`BuildError::InvalidApiKey`] when the key cannot be sent in a header,
+    /// [`BuildError::HttpClient`] when the HTTP client cannot be set up.
+    pub fn new(config: OpenAiConfig) -> Result<Self, BuildError> {
+        let transport = config.transport("chat/completions")?;
+        Ok(OpenAiChat { config, transport })
     }
 
     /// The configuration this client was built from.
     pub fn config(&self) -> &OpenAiConfig {
         &self.config
-    }
-
-    fn secret(&self) -> Option<&str> {
-        self.config.api_key.as_deref()
     }
 
     /// One attempt: send the request and read the whole response.
@@ -202,193 +162,37 @@ impl OpenAiChat {
     ///
     /// Dropping the future closes the connection; the partial response is discarded.
     async fn attempt(&self, body: Bytes, on_delta: OnDelta<'_>) -> Result<ModelResponse, Failure> {
-        let mut request = self
-            .http
-            .post(self.endpoint.clone())
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "text/event-stream, application/json")
-            .body(body);
-        if let Some(authorization) = &self.authorization {
-            request = request.header(header::AUTHORIZATION, authorization.clone());
-        }
-        let response = match tokio::time::timeout(self.config.request_timeout, request.send()).await
-        {
-            Err(_elapsed) => {
-                return Err(self.error(
-                    ModelErrorKind::Transport,
-                    None,
-                    format!("no response within {:?}", self.config.request_timeout),
-                ));
-            }
-            Ok(Err(error)) => {
-                return Err(self.error(
-                    ModelErrorKind::Transport,
-                    None,
-                    format!("request failed: {}", error_chain(&error)),
-                ));
-            }
-            Ok(Ok(response)) => response,
-        };
-
-        let status = response.status();
-        if !status.is_success() {
-            let headers = response.headers();
-            let retry_after = failure::retry_after(
-                header_str(headers, "retry-after-ms"),
-                header_str(headers, header::RETRY_AFTER.as_str()),
-                header_str(headers, header::DATE.as_str()),
-            );
-            // The body only explains the failure: a partial or unreadable one still maps.
-            let body = self
-                .read_body(response, MAX_ERROR_BODY_BYTES, Overflow::Truncate)
-                .await
-                .unwrap_or_default();
-            let failure = failure::http_failure(status.as_u16(), &body, retry_after, self.secret());
-            tracing::debug!(status = status.as_u16(), kind = ?failure.error.kind, "chat completions request failed");
-            return Err(failure);
-        }
-
-        let is_json = header_str(response.headers(), header::CONTENT_TYPE.as_str())
-            .is_some_and(|content_type| content_type.to_ascii_lowercase().contains("json"));
-        if is_json {
-            let body = self.read_body(response, MAX_JSON_BODY_BYTES, Overflow::Fail).await?;
+        let response = self.transport.send(body, "text/event-stream, application/json").await?;
+        let secret = self.transport.secret();
+        if transport::is_json(&response) {
+            let body =
+                self.transport.read_body(response, MAX_JSON_BODY_BYTES, Overflow::Fail).await?;
             let completion: ChatCompletion = serde_json::from_slice(&body).map_err(|error| {
-                self.error(
+                self.transport.error(
                     ModelErrorKind::Stream,
                     None,
                     format!("malformed completion body: {error}"),
                 )
             })?;
-            return Assembler::new(on_delta, self.secret())
+            return Assembler::new(on_delta, secret)
                 .apply_completion(completion)
                 .map_err(Failure::from);
         }
-        self.read_stream(response, on_delta).await
-    }
-
-    /// Reads a `text/event-stream` body into a response.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future closes the connection; the partial response is discarded.
-    async fn read_stream(
-        &self,
-        mut response: reqwest::Response,
-        on_delta: OnDelta<'_>,
-    ) -> Result<ModelResponse, Failure> {
-        let mut parser = SseParser::new();
-        let mut assembler = Assembler::new(on_delta, self.secret());
-        loop {
-            let chunk =
-                match tokio::time::timeout(self.config.stream_idle_timeout, response.chunk()).await
-                {
-                    Err(_elapsed) => {
-                        return Err(self.error(
-                            ModelErrorKind::Stream,
-                            None,
-                            format!(
-                                "stream stalled: no data for {:?}",
-                                self.config.stream_idle_timeout
-                            ),
-                        ));
-                    }
-                    Ok(Err(error)) => {
-                        return Err(self.error(
-                            ModelErrorKind::Stream,
-                            None,
-                            format!("stream aborted: {}", error_chain(&error)),
-                        ));
-                    }
-                    Ok(Ok(None)) => break,
-                    Ok(Ok(Some(chunk))) => chunk,
-                };
-            let events = parser
-                .push(&chunk)
-                .map_err(|error| self.error(ModelErrorKind::Stream, None, error.to_string()))?;
-            for event in events {
-                if assembler.apply_event(&event.event, &event.data)? == Flow::Done {
-                    return Ok(assembler.finish());
-                }
-            }
-        }
-        // The body ended. A last event without its blank line still counts.
-        if let Some(event) = parser.finish()
-            && assembler.apply_event(&event.event, &event.data)? == Flow::Done
-        {
-            return Ok(assembler.finish());
-        }
-        if assembler.has_finish_reason() {
+        let mut assembler = Assembler::new(on_delta, secret);
+        let end = self
+            .transport
+            .read_events(response, |event| assembler.apply_event(&event.event, &event.data))
+            .await?;
+        match end {
+            StreamEnd::Done => Ok(assembler.finish()),
             // Some servers close the stream after the finish chunk without `[DONE]`.
-            return Ok(assembler.finish());
+            StreamEnd::BodyEnded if assembler.has_finish_reason() => Ok(assembler.finish()),
+            StreamEnd::BodyEnded => Err(self.transport.error(
+                ModelErrorKind::Stream,
+                None,
+                "stream ended before a finish reason or [DONE]: the response is truncated",
+            )),
         }
-        Err(self.error(
-            ModelErrorKind::Stream,
-            None,
-            "stream ended before a finish reason or [DONE]: the response is truncated",
-        ))
-    }
-
-    /// Reads a whole body, at most `limit_bytes` of it; `overflow` says what happens to a
-    /// longer one.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future closes the connection.
-    async fn read_body(
-        &self,
-        mut response: reqwest::Response,
-        limit_bytes: usize,
-        overflow: Overflow,
-    ) -> Result<Vec<u8>, Failure> {
-        let mut body = Vec::new();
-        loop {
-            let chunk =
-                match tokio::time::timeout(self.config.stream_idle_timeout, response.chunk()).await
-                {
-                    Err(_elapsed) => {
-                        return Err(self.error(
-                            ModelErrorKind::Stream,
-                            None,
-                            "response body stalled",
-                        ));
-                    }
-                    Ok(Err(error)) => {
-                        return Err(self.error(
-                            ModelErrorKind::Stream,
-                            None,
-                            format!("response body aborted: {}", error_chain(&error)),
-                        ));
-                    }
-                    Ok(Ok(None)) => return Ok(body),
-                    Ok(Ok(Some(chunk))) => chunk,
-                };
-            if body.len().saturating_add(chunk.len()) > limit_bytes {
-                if overflow == Overflow::Truncate {
-                    let room = limit_bytes.saturating_sub(body.len());
-                    body.extend_from_slice(chunk.get(..room).unwrap_or_default());
-                    return Ok(body);
-                }
-                return Err(self.error(
-                    ModelErrorKind::Stream,
-                    None,
-                    format!("response body exceeds {limit_bytes} bytes"),
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
-    }
-
-    fn error(
-        &self,
-        kind: ModelErrorKind,
-        status: Option<u16>,
-        message: impl AsRef<str>,
-    ) -> Failure {
-        Failure::from(ModelError::new(
-            kind,
-            status,
-            failure::redact(message.as_ref(), self.secret()),
-        ))
     }
 }
 
@@ -446,22 +250,6 @@ impl ModelClient for OpenAiChat {
     }
 }
 
-fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers.get(name).and_then(|value| value.to_str().ok())
-}
-
-/// An error and its sources, one after the other (reqwest's own message is terse).
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,7 +267,10 @@ mod tests {
     #[test]
     fn endpoint_is_built_from_the_base_url() {
         let client = OpenAiChat::new(OpenAiConfig::new("http://127.0.0.1:11434/v1/", "m")).unwrap();
-        assert_eq!(client.endpoint.as_str(), "http://127.0.0.1:11434/v1/chat/completions");
+        assert_eq!(
+            client.transport.endpoint().as_str(),
+            "http://127.0.0.1:11434/v1/chat/completions"
+        );
     }
 
     #[test]
@@ -488,7 +279,7 @@ mod tests {
             assert!(
                 matches!(
                     OpenAiChat::new(OpenAiConfig::new(base_url, "m")),
-                    Err(OpenAiBuildError::InvalidBaseUrl { .. })
+                    Err(BuildError::InvalidBaseUrl { .. })
                 ),
                 "{base_url}"
             );
@@ -496,7 +287,7 @@ mod tests {
         let mut config = OpenAiConfig::new("http://localhost/v1", "m");
         config.api_key = Some("line\nbreak-secret".to_owned());
         let error = OpenAiChat::new(config).unwrap_err();
-        assert!(matches!(error, OpenAiBuildError::InvalidApiKey));
+        assert!(matches!(error, BuildError::InvalidApiKey));
         assert!(!error.to_string().contains("break-secret"));
     }
 

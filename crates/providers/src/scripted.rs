@@ -306,14 +306,17 @@ impl ModelClient for ScriptedModel {
 mod tests {
     use super::*;
 
+    /// Built through serde so that fields this test does not care about keep their
+    /// defaults.
     fn request(responses_in_session: u64, messages: Vec<Message>) -> ModelRequest {
-        ModelRequest {
-            model: "m".into(),
-            system: "sys".into(),
-            messages,
-            tools: Vec::new(),
-            responses_in_session,
-        }
+        serde_json::from_value(serde_json::json!({
+            "model": "m",
+            "system": "sys",
+            "messages": messages,
+            "tools": [],
+            "responses_in_session": responses_in_session,
+        }))
+        .unwrap()
     }
 
     fn model(json: &str) -> ScriptedModel {

@@ -16,20 +16,13 @@ use keel_contracts::{
 };
 use serde_json::Value;
 
-use super::failure;
 use super::wire::{self, ChatChunk, ChatCompletion, Delta, ToolCallDelta, WireUsage};
+use crate::arguments;
+use crate::failure;
+use crate::transport::Flow;
 
 /// The callback that receives live deltas.
 pub(crate) type OnDelta<'a> = &'a (dyn Fn(StreamDelta) + Send + Sync);
-
-/// Whether the stream goes on after an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flow {
-    /// Keep reading.
-    Continue,
-    /// `[DONE]` was received: the response is complete.
-    Done,
-}
 
 /// Collects one response while it streams.
 pub(crate) struct Assembler<'a> {
@@ -388,25 +381,10 @@ impl ToolCallAssembler {
 fn finish_call(call: PartialCall) -> ToolCall {
     let call_id = match call.id {
         Some(id) => ToolCallId(id),
-        None => mint_call_id(),
+        None => arguments::mint_call_id(),
     };
-    let (arguments, arguments_error) = if call.arguments.trim().is_empty() {
-        (Value::Object(serde_json::Map::new()), None)
-    } else {
-        match serde_json::from_str::<Value>(&call.arguments) {
-            Ok(arguments) => (arguments, None),
-            Err(error) => (
-                Value::String(call.arguments),
-                Some(format!("arguments are not valid JSON: {error}")),
-            ),
-        }
-    };
+    let (arguments, arguments_error) = arguments::parse(call.arguments);
     ToolCall { call_id, name: call.name, arguments, arguments_error }
-}
-
-/// A call id for a provider that sent none: `call_` and a UUIDv7 in simple form.
-fn mint_call_id() -> ToolCallId {
-    ToolCallId(format!("call_{}", uuid::Uuid::now_v7().simple()))
 }
 
 /// A piece of content after `<think>` splitting.

@@ -14,6 +14,8 @@ use keel_contracts::{Message, ModelRequest, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::arguments;
+
 /// The body of `POST /chat/completions`.
 #[derive(Debug, Serialize)]
 pub(crate) struct ChatRequest<'a> {
@@ -129,16 +131,10 @@ impl<'a> ChatRequest<'a> {
 }
 
 fn wire_tool_call(tool_call: &ToolCall) -> WireToolCall<'_> {
-    // A call whose arguments did not parse keeps the model's raw text as a JSON string;
-    // send that text back as the model wrote it rather than a quoted copy of it.
-    let arguments = match (&tool_call.arguments_error, &tool_call.arguments) {
-        (Some(_), Value::String(raw)) => raw.clone(),
-        (_, arguments) => arguments.to_string(),
-    };
     WireToolCall {
         id: tool_call.call_id.as_str(),
         kind: "function",
-        function: WireFunctionCall { name: &tool_call.name, arguments },
+        function: WireFunctionCall { name: &tool_call.name, arguments: arguments::text(tool_call) },
     }
 }
 

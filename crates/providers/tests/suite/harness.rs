@@ -15,7 +15,7 @@ use axum::routing::post;
 use futures::StreamExt;
 use keel_contracts::{
     FinishReason, Message, ModelClient, ModelError, ModelErrorKind, ModelRequest, ModelResponse,
-    StreamDelta,
+    StreamDelta, ToolDefinition,
 };
 use keel_providers::{OpenAiChat, OpenAiConfig, RetryPolicy};
 use serde_json::Value;
@@ -242,15 +242,34 @@ pub(crate) fn text_stream(text: &str) -> String {
     body
 }
 
+/// A request built through serde, so that fields the tests do not name keep their
+/// defaults; `responses_in_session` counts the assistant messages.
+pub(crate) fn model_request(
+    model: impl Into<String>,
+    system: impl Into<String>,
+    messages: Vec<Message>,
+    tools: Vec<ToolDefinition>,
+) -> ModelRequest {
+    let responses_in_session =
+        messages.iter().filter(|message| matches!(message, Message::Assistant { .. })).count();
+    serde_json::from_value(serde_json::json!({
+        "model": model.into(),
+        "system": system.into(),
+        "messages": messages,
+        "tools": tools,
+        "responses_in_session": responses_in_session,
+    }))
+    .unwrap()
+}
+
 /// A small request for replays whose request body does not matter.
 pub(crate) fn simple_request() -> ModelRequest {
-    ModelRequest {
-        model: "test-model".to_owned(),
-        system: "You are a test.".to_owned(),
-        messages: vec![Message::User { text: "hello".to_owned() }],
-        tools: Vec::new(),
-        responses_in_session: 0,
-    }
+    model_request(
+        "test-model",
+        "You are a test.",
+        vec![Message::User { text: "hello".to_owned() }],
+        Vec::new(),
+    )
 }
 
 /// Runs one request against `client`, collecting the live deltas.

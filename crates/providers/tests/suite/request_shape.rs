@@ -3,15 +3,17 @@
 use keel_contracts::{Message, ModelRequest, Outcome, ToolCall, ToolCallId, ToolDefinition};
 use serde_json::{Value, json};
 
-use super::harness::{MockServer, Reply, TEST_KEY, complete, recording, text_stream};
+use super::harness::{
+    MockServer, Reply, TEST_KEY, complete, model_request, recording, text_stream,
+};
 
 /// The conversation of recording 01's request, in keel's terms.
 fn recorded_conversation() -> ModelRequest {
     let call_id = ToolCallId::from("call_ZR5UUuTt3pf61kjwAJIYdVMj");
-    ModelRequest {
-        model: "gpt-4o-mini".to_owned(),
-        system: String::new(),
-        messages: vec![
+    model_request(
+        "gpt-4o-mini",
+        "",
+        vec![
             Message::User {
                 text: "What is the capital of the UK? Use the tool, then answer.".into(),
             },
@@ -32,7 +34,7 @@ fn recorded_conversation() -> ModelRequest {
                 content: "London".into(),
             },
         ],
-        tools: vec![ToolDefinition {
+        vec![ToolDefinition {
             name: "get_capital".into(),
             description: String::new(),
             parameters: json!({
@@ -42,8 +44,7 @@ fn recorded_conversation() -> ModelRequest {
                 "type": "object"
             }),
         }],
-        responses_in_session: 1,
-    }
+    )
 }
 
 #[tokio::test]
@@ -68,10 +69,10 @@ async fn request_body_matches_the_recorded_openai_request() {
 #[tokio::test]
 async fn system_prompt_comes_first_and_empty_tools_are_omitted() {
     let server = MockServer::start(vec![Reply::sse(text_stream("ok"))]).await;
-    let request = ModelRequest {
-        model: String::new(),
-        system: "Be brief.".into(),
-        messages: vec![
+    let request = model_request(
+        "",
+        "Be brief.",
+        vec![
             Message::User { text: "hi".into() },
             Message::Assistant {
                 text: "hello".into(),
@@ -80,9 +81,8 @@ async fn system_prompt_comes_first_and_empty_tools_are_omitted() {
             },
             Message::User { text: "again".into() },
         ],
-        tools: Vec::new(),
-        responses_in_session: 1,
-    };
+        Vec::new(),
+    );
     let (result, _) = complete(&server.client(), &request).await;
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(
@@ -106,10 +106,10 @@ async fn system_prompt_comes_first_and_empty_tools_are_omitted() {
 async fn malformed_call_arguments_are_sent_back_as_the_model_wrote_them() {
     let server = MockServer::start(vec![Reply::sse(text_stream("ok"))]).await;
     let raw = "{\"path\": \"a.txt\", \"con";
-    let request = ModelRequest {
-        model: "m".into(),
-        system: String::new(),
-        messages: vec![
+    let request = model_request(
+        "m",
+        "",
+        vec![
             Message::User { text: "write".into() },
             Message::Assistant {
                 text: "Writing.".into(),
@@ -128,9 +128,8 @@ async fn malformed_call_arguments_are_sent_back_as_the_model_wrote_them() {
                 content: "invalid arguments".into(),
             },
         ],
-        tools: Vec::new(),
-        responses_in_session: 1,
-    };
+        Vec::new(),
+    );
     let (result, _) = complete(&server.client(), &request).await;
     assert!(result.is_ok(), "{result:?}");
     let body = &server.received()[0].body;

@@ -1,10 +1,17 @@
-//! The one mapping from Chat Completions failures to [`ModelError`]: HTTP status plus error
-//! body, errors carried inside a stream, and `Retry-After`.
+//! The one mapping from provider failures to [`ModelError`], shared by every network
+//! client: HTTP status plus error body, errors carried inside a stream, and `Retry-After`.
 //!
-//! Error body format: the OpenAI API reference, "Error codes"
-//! (<https://platform.openai.com/docs/guides/error-codes>): `{"error": {"message", "type",
-//! "param", "code"}}`. Compatible servers vary (`code` may be a number, the error may be a
-//! bare string, `status_code` may be present), so the body is read leniently.
+//! Error body formats:
+//! - OpenAI (Chat Completions and Responses), "Error codes"
+//!   (<https://platform.openai.com/docs/guides/error-codes>): `{"error": {"message", "type",
+//!   "param", "code"}}`; Responses streams also carry `{"type": "error", "code", "message"}`
+//!   events and a `response.failed` whose `response.error` is `{"code", "message"}`.
+//! - Anthropic, "Errors" (<https://docs.anthropic.com/en/api/errors>): `{"type": "error",
+//!   "error": {"type": "invalid_request_error", "message"}}`, with the same shape in an
+//!   `event: error` frame of a 200 stream (e.g. `overloaded_error`).
+//!
+//! Compatible servers vary (`code` may be a number, the error may be a bare string,
+//! `status_code` may be present), so bodies are read leniently.
 //!
 //! Invariant: every message that leaves this module has the API key removed.
 
@@ -91,7 +98,7 @@ impl ProviderError {
             "input is too long",
             "too many tokens in the prompt",
         ];
-        self.has_code(&["context_length_exceeded", "string_above_max_length"])
+        self.has_code(&["context_length_exceeded", "string_above_max_length", "request_too_large"])
             || self.message.as_deref().is_some_and(|message| {
                 let message = message.to_ascii_lowercase();
                 MESSAGES.iter().any(|needle| message.contains(needle))
@@ -151,17 +158,18 @@ fn kind_for_status(
 /// Maps an error reported inside a 200 stream or body (an `event: error` frame, or a
 /// chunk or completion with an `error` member).
 ///
-/// A known string code decides (`tool_use_failed`: the server rejected the model's
-/// generation, so a fresh sample may succeed: [`ModelErrorKind::Stream`]); else a status
-/// given in the body is mapped like an HTTP status; else the error is
-/// [`ModelErrorKind::Stream`]. The error's `status` is the status given in the body, if any.
+/// A known string code or type decides (`tool_use_failed`: the server rejected the model's
+/// generation, so a fresh sample may succeed: [`ModelErrorKind::Stream`];
+/// `invalid_request_error`: [`ModelErrorKind::InvalidRequest`]); else a status given in the
+/// body is mapped like an HTTP status; else the error is [`ModelErrorKind::Stream`]. The
+/// error's `status` is the status given in the body, if any.
 pub(crate) fn in_band_error(error: &Value, secret: Option<&str>) -> ModelError {
     let provider = ProviderError::from_value(error);
     let by_code = if provider.has_code(&["insufficient_quota"]) {
         Some(ModelErrorKind::QuotaExhausted)
     } else if provider.has_code(&["rate_limit_exceeded", "rate_limit_error"]) {
         Some(ModelErrorKind::RateLimited { retry_after: None })
-    } else if provider.has_code(&["invalid_api_key", "authentication_error"]) {
+    } else if provider.has_code(&["invalid_api_key", "authentication_error", "permission_error"]) {
         Some(ModelErrorKind::Auth)
     } else if provider.has_code(&["overloaded", "overloaded_error"]) {
         Some(ModelErrorKind::Overloaded)
@@ -171,6 +179,10 @@ pub(crate) fn in_band_error(error: &Value, secret: Option<&str>) -> ModelError {
         Some(ModelErrorKind::Stream)
     } else if provider.is_context_too_long() {
         Some(ModelErrorKind::ContextTooLong)
+    } else if provider.has_code(&["invalid_request_error", "invalid_prompt", "not_found_error"]) {
+        // Sending the same request again cannot succeed (Anthropic's error types, the
+        // Responses API's `invalid_prompt`).
+        Some(ModelErrorKind::InvalidRequest)
     } else {
         None
     };
@@ -313,6 +325,65 @@ mod tests {
             in_band_error(&json!({"type": "overloaded_error", "message": "Overloaded"}), None).kind,
             ModelErrorKind::Overloaded
         );
+    }
+
+    #[test]
+    fn anthropic_and_responses_error_types_map_in_band() {
+        let anthropic = |error_type: &str, message: &str| {
+            in_band_error(&json!({"type": error_type, "message": message}), None).kind
+        };
+        assert_eq!(anthropic("api_error", "Internal server error"), ModelErrorKind::Server);
+        assert_eq!(
+            anthropic("rate_limit_error", "slow down"),
+            ModelErrorKind::RateLimited { retry_after: None }
+        );
+        assert_eq!(anthropic("permission_error", "no"), ModelErrorKind::Auth);
+        assert_eq!(anthropic("invalid_request_error", "bad"), ModelErrorKind::InvalidRequest);
+        assert_eq!(
+            anthropic(
+                "invalid_request_error",
+                "prompt is too long: 210000 tokens > 200000 maximum"
+            ),
+            ModelErrorKind::ContextTooLong
+        );
+        assert_eq!(anthropic("request_too_large", "too big"), ModelErrorKind::ContextTooLong);
+        let responses = |code: &str| in_band_error(&json!({"code": code, "message": "m"}), None);
+        assert_eq!(responses("server_error").kind, ModelErrorKind::Server);
+        assert_eq!(responses("invalid_prompt").kind, ModelErrorKind::InvalidRequest);
+        assert_eq!(
+            responses("rate_limit_exceeded").kind,
+            ModelErrorKind::RateLimited { retry_after: None }
+        );
+        assert_eq!(responses("context_length_exceeded").kind, ModelErrorKind::ContextTooLong);
+    }
+
+    #[test]
+    fn anthropic_http_bodies_map_to_kinds() {
+        let body = |error_type: &str, message: &str| json!({"type": "error", "error": {"type": error_type, "message": message}});
+        assert_eq!(
+            kind(
+                400,
+                body("invalid_request_error", "prompt is too long: 201234 tokens > 200000 maximum")
+            ),
+            ModelErrorKind::ContextTooLong
+        );
+        assert_eq!(
+            kind(
+                400,
+                body("invalid_request_error", "messages.2.content.0: unexpected `tool_use_id`")
+            ),
+            ModelErrorKind::InvalidRequest
+        );
+        assert_eq!(kind(529, body("overloaded_error", "Overloaded")), ModelErrorKind::Overloaded);
+        assert_eq!(
+            kind(429, body("rate_limit_error", "Number of request tokens has exceeded")),
+            ModelErrorKind::RateLimited { retry_after: None }
+        );
+        assert_eq!(
+            kind(401, body("authentication_error", "invalid x-api-key")),
+            ModelErrorKind::Auth
+        );
+        assert_eq!(kind(413, body("request_too_large", "too big")), ModelErrorKind::ContextTooLong);
     }
 
     #[test]
