@@ -1,0 +1,333 @@
+//! `[mcp_servers.NAME]` tables: what the user writes ([`McpServerConfig`]) and what keel
+//! runs ([`ServerSpec`], after [`McpServerConfig::validate`]).
+//!
+//! ```toml
+//! [mcp_servers.fs]
+//! command = "npx"
+//! args = ["-y", "@modelcontextprotocol/server-filesystem", "."]
+//! tool_timeout_ms = 30000
+//! [mcp_servers.fs.tools.read_text_file]
+//! access = "read"
+//! [mcp_servers.remote]
+//! url = "http://127.0.0.1:3001/mcp"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use keel_contracts::{Access, Egress};
+use serde::{Deserialize, Serialize};
+
+use crate::access::TransportKind;
+use crate::error::ConfigError;
+
+/// How long a server may take to start, initialize and list its tools, unless configured.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one tool call may take, unless configured.
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One `[mcp_servers.NAME]` table as written. Unknown keys are errors.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The program of a stdio server (looked up on `PATH`).
+    pub command: Option<String>,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment variables set for it, on top of the few inherited ones
+    /// ([`crate::INHERITED_ENV_VARS`]); keel's own API keys are never passed on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Its working folder; relative to the workspace. Default: the workspace.
+    pub cwd: Option<PathBuf>,
+    /// The endpoint of a streamable HTTP server (`http://` or `https://`).
+    pub url: Option<String>,
+    /// Start-up budget: spawn or connect, initialize, list tools.
+    pub startup_timeout_ms: Option<u64>,
+    /// Budget for one tool call; on expiry the call is cancelled at the server.
+    pub tool_timeout_ms: Option<u64>,
+    /// Whether the server's own `readOnlyHint` annotations may make undeclared tools reads.
+    #[serde(default)]
+    pub trusted: bool,
+    /// Per-tool declarations, keyed by the server's own tool name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, ToolDeclaration>,
+}
+
+/// `[mcp_servers.NAME.tools.TOOL]`: the user's declaration of one tool's access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolDeclaration {
+    /// `read` or `write`.
+    pub access: Access,
+    /// `none`, `internal` or `external`; default: `none` for a stdio server, `external` for
+    /// a URL server.
+    pub egress: Option<Egress>,
+}
+
+/// A validated server: everything needed to start it and declare its tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    /// The server's name (the `NAME` of its table), `[A-Za-z0-9_-]`, no `__`.
+    pub name: String,
+    /// How to reach it.
+    pub transport: TransportSpec,
+    /// Start-up budget.
+    pub startup_timeout: Duration,
+    /// Budget for one tool call.
+    pub tool_timeout: Duration,
+    /// Whether `readOnlyHint` counts.
+    pub trusted: bool,
+    /// Per-tool declarations, keyed by the server's own tool name.
+    pub tools: BTreeMap<String, ToolDeclaration>,
+}
+
+/// How a server is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransportSpec {
+    /// A local process speaking JSON-RPC lines on stdin/stdout.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Extra environment.
+        env: BTreeMap<String, String>,
+        /// Working folder (relative ones resolve against the workspace).
+        cwd: Option<PathBuf>,
+    },
+    /// A streamable HTTP endpoint.
+    Http {
+        /// The endpoint URL.
+        url: String,
+    },
+}
+
+impl TransportSpec {
+    /// Local (stdio) or remote (URL): decides the default declared effects.
+    pub fn kind(&self) -> TransportKind {
+        match self {
+            TransportSpec::Stdio { .. } => TransportKind::Stdio,
+            TransportSpec::Http { .. } => TransportKind::Remote,
+        }
+    }
+
+    /// One line for humans: `stdio: npx -y pkg .` or `http: URL`.
+    pub fn describe(&self) -> String {
+        match self {
+            TransportSpec::Stdio { command, args, .. } => {
+                let mut line = format!("stdio: {command}");
+                for arg in args {
+                    line.push(' ');
+                    line.push_str(arg);
+                }
+                line
+            }
+            TransportSpec::Http { url } => format!("http: {url}"),
+        }
+    }
+}
+
+impl McpServerConfig {
+    /// Checks the table named `name` and resolves its defaults.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the server and the offending key.
+    pub fn validate(&self, name: &str) -> Result<ServerSpec, ConfigError> {
+        let server = || name.to_owned();
+        let name_ok = !name.is_empty()
+            && !name.contains("__")
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !name_ok {
+            return Err(ConfigError::InvalidName { server: server() });
+        }
+        let transport = match (&self.command, &self.url) {
+            (None, None) => return Err(ConfigError::NoTransport { server: server() }),
+            (Some(_), Some(_)) => return Err(ConfigError::BothTransports { server: server() }),
+            (Some(command), None) => {
+                if command.trim().is_empty() {
+                    return Err(ConfigError::EmptyCommand { server: server() });
+                }
+                TransportSpec::Stdio {
+                    command: command.clone(),
+                    args: self.args.clone(),
+                    env: self.env.clone(),
+                    cwd: self.cwd.clone(),
+                }
+            }
+            (None, Some(url)) => {
+                let stdio_only = [
+                    ("args", !self.args.is_empty()),
+                    ("env", !self.env.is_empty()),
+                    ("cwd", self.cwd.is_some()),
+                ];
+                if let Some((key, _)) = stdio_only.iter().find(|(_, set)| *set) {
+                    return Err(ConfigError::StdioOnlyKey { server: server(), key });
+                }
+                let lower = url.to_ascii_lowercase();
+                let scheme_ok = ["http://", "https://"]
+                    .iter()
+                    .any(|scheme| lower.starts_with(scheme) && lower.len() > scheme.len());
+                if !scheme_ok {
+                    return Err(ConfigError::InvalidUrl { server: server(), url: url.clone() });
+                }
+                TransportSpec::Http { url: url.clone() }
+            }
+        };
+        let timeout = |value: Option<u64>, key: &'static str, default: Duration| match value {
+            Some(0) => Err(ConfigError::ZeroTimeout { server: server(), key }),
+            Some(ms) => Ok(Duration::from_millis(ms)),
+            None => Ok(default),
+        };
+        if self.tools.keys().any(|tool| tool.is_empty()) {
+            return Err(ConfigError::EmptyToolName { server: server() });
+        }
+        Ok(ServerSpec {
+            name: name.to_owned(),
+            transport,
+            startup_timeout: timeout(
+                self.startup_timeout_ms,
+                "startup_timeout_ms",
+                DEFAULT_STARTUP_TIMEOUT,
+            )?,
+            tool_timeout: timeout(self.tool_timeout_ms, "tool_timeout_ms", DEFAULT_TOOL_TIMEOUT)?,
+            trusted: self.trusted,
+            tools: self.tools.clone(),
+        })
+    }
+
+    /// Whether this table would let tools skip consent: `trusted = true` or a tool declared
+    /// `access = "read"`. A composition root refuses such tables from a workspace file,
+    /// which comes with the repository and can only narrow.
+    pub fn relaxes_consent(&self) -> bool {
+        self.trusted || self.tools.values().any(|tool| tool.access == Access::Read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<BTreeMap<String, McpServerConfig>, toml::de::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct File {
+            mcp_servers: BTreeMap<String, McpServerConfig>,
+        }
+        toml::from_str::<File>(text).map(|file| file.mcp_servers)
+    }
+
+    #[test]
+    fn parses_the_issue_example() {
+        let servers = parse(
+            r#"
+            [mcp_servers.fs]
+            command = "npx"
+            args = ["-y", "@modelcontextprotocol/server-filesystem", "."]
+            [mcp_servers.remote]
+            url = "http://127.0.0.1:3001/mcp"
+            [mcp_servers.fs.tools.write_file]
+            access = "write"
+            [mcp_servers.fs.tools.read_text_file]
+            access = "read"
+            egress = "none"
+            "#,
+        )
+        .unwrap();
+        let fs = servers["fs"].validate("fs").unwrap();
+        assert_eq!(fs.transport.kind(), TransportKind::Stdio);
+        assert_eq!(
+            fs.transport.describe(),
+            "stdio: npx -y @modelcontextprotocol/server-filesystem ."
+        );
+        assert_eq!(fs.startup_timeout, DEFAULT_STARTUP_TIMEOUT);
+        assert_eq!(fs.tool_timeout, DEFAULT_TOOL_TIMEOUT);
+        assert_eq!(
+            fs.tools["read_text_file"],
+            ToolDeclaration { access: Access::Read, egress: Some(Egress::None) }
+        );
+        assert_eq!(fs.tools["write_file"].egress, None);
+        assert!(servers["fs"].relaxes_consent());
+        let remote = servers["remote"].validate("remote").unwrap();
+        assert_eq!(
+            remote.transport,
+            TransportSpec::Http { url: "http://127.0.0.1:3001/mcp".into() }
+        );
+        assert!(!servers["remote"].relaxes_consent());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_do_not_parse() {
+        for text in [
+            "[mcp_servers.a]\ncommand = \"x\"\ncomand = \"y\"",
+            "[mcp_servers.a]\ncommand = \"x\"\n[mcp_servers.a.tools.t]\naccess = \"exec\"",
+            "[mcp_servers.a]\ncommand = \"x\"\n[mcp_servers.a.tools.t]\negress = \"none\"",
+            "[mcp_servers.a]\ncommand = \"x\"\n[mcp_servers.a.tools.t]\naccess = \"read\"\negress = \"moon\"",
+            "[mcp_servers.a]\ncommand = \"x\"\ntrusted = \"yes\"",
+        ] {
+            assert!(parse(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn validation_errors_are_typed() {
+        let server =
+            |text: &str| parse(&format!("[mcp_servers.s]\n{text}")).unwrap().remove("s").unwrap();
+        let cases: Vec<(&str, &str, ConfigError)> = vec![
+            ("s", "", ConfigError::NoTransport { server: "s".into() }),
+            (
+                "s",
+                "command = \"x\"\nurl = \"http://h/mcp\"",
+                ConfigError::BothTransports { server: "s".into() },
+            ),
+            ("s", "command = \" \"", ConfigError::EmptyCommand { server: "s".into() }),
+            (
+                "s",
+                "url = \"http://h/mcp\"\nargs = [\"a\"]",
+                ConfigError::StdioOnlyKey { server: "s".into(), key: "args" },
+            ),
+            (
+                "s",
+                "url = \"http://h/mcp\"\ncwd = \"/\"",
+                ConfigError::StdioOnlyKey { server: "s".into(), key: "cwd" },
+            ),
+            (
+                "s",
+                "url = \"ftp://h/mcp\"",
+                ConfigError::InvalidUrl { server: "s".into(), url: "ftp://h/mcp".into() },
+            ),
+            (
+                "s",
+                "command = \"x\"\ntool_timeout_ms = 0",
+                ConfigError::ZeroTimeout { server: "s".into(), key: "tool_timeout_ms" },
+            ),
+            (
+                "s",
+                "command = \"x\"\nstartup_timeout_ms = 0",
+                ConfigError::ZeroTimeout { server: "s".into(), key: "startup_timeout_ms" },
+            ),
+            (
+                "s",
+                "command = \"x\"\n[mcp_servers.s.tools.\"\"]\naccess = \"read\"",
+                ConfigError::EmptyToolName { server: "s".into() },
+            ),
+        ];
+        for (name, text, expected) in cases {
+            assert_eq!(server(text).validate(name), Err(expected), "{text}");
+        }
+        let ok = server("command = \"x\"\ntool_timeout_ms = 250");
+        assert_eq!(ok.validate("s").unwrap().tool_timeout, Duration::from_millis(250));
+        for bad_name in ["", "a b", "a.b", "a__b", "ü"] {
+            assert_eq!(
+                ok.validate(bad_name),
+                Err(ConfigError::InvalidName { server: bad_name.into() })
+            );
+        }
+        for good_name in ["fs", "my-server_2", "A"] {
+            assert!(ok.validate(good_name).is_ok(), "{good_name}");
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! One live MCP session with a server: rmcp's client service over stdio or streamable
+//! HTTP, and for stdio the child process it talks to.
+
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{Peer, RoleClient, ServiceExt};
+
+use crate::config::{ServerSpec, TransportSpec};
+use crate::error::ConnectError;
+use crate::manager::StartOptions;
+use crate::stdio::{self, ChildGuard, Launch, ServerLog};
+
+/// How long a crashed server is given to be reaped, to report its exit status.
+const EXIT_STATUS_WAIT: Duration = Duration::from_millis(500);
+
+/// An initialized client session.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    service: RunningService<RoleClient, ClientConfig>,
+    // Dropped after `service`, so the transport closes before the group is killed.
+    child: Option<ChildGuard>,
+}
+
+impl Connection {
+    /// Spawns or connects to the server and runs the MCP handshake. Not bounded in time:
+    /// the caller applies the startup timeout (dropping this future kills a spawned child).
+    pub(crate) async fn open(
+        spec: &ServerSpec,
+        options: &StartOptions,
+        log: Option<&Arc<ServerLog>>,
+    ) -> Result<Connection, ConnectError> {
+        let tail = || log.map(|log| log.tail()).unwrap_or_default();
+        let initialize_error = |error: &dyn std::fmt::Display| ConnectError::Initialize {
+            message: error.to_string(),
+            stderr_tail: tail(),
+        };
+        match &spec.transport {
+            TransportSpec::Stdio { command, args, env, cwd } => {
+                let log = log.ok_or_else(|| ConnectError::Initialize {
+                    message: "no log for a stdio server".into(),
+                    stderr_tail: Vec::new(),
+                })?;
+                let launch = Launch {
+                    command,
+                    args,
+                    env,
+                    cwd: match cwd {
+                        Some(cwd) => options.workspace.join(cwd),
+                        None => options.workspace.clone(),
+                    },
+                    inherited_env: &options.inherited_env,
+                };
+                let spawned = stdio::spawn(&launch, log)?;
+                let child = spawned.child;
+                let service = match client_info().serve((spawned.stdout, spawned.stdin)).await {
+                    Ok(service) => service,
+                    Err(error) => {
+                        // Let stderr drain so the report says why the server died.
+                        let _ = child.exit_status_within(EXIT_STATUS_WAIT).await;
+                        return Err(initialize_error(&error));
+                    }
+                };
+                Ok(Connection { service, child: Some(child) })
+            }
+            TransportSpec::Http { url } => {
+                let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+                let service =
+                    client_info().serve(transport).await.map_err(|e| initialize_error(&e))?;
+                Ok(Connection { service, child: None })
+            }
+        }
+    }
+
+    /// The peer to send requests to.
+    pub(crate) fn peer(&self) -> &Peer<RoleClient> {
+        self.service.peer()
+    }
+
+    /// Whether requests can still be sent and answered.
+    pub(crate) fn is_alive(&self) -> bool {
+        let child_running =
+            self.child.as_ref().is_none_or(|child| child.try_exit_status().is_none());
+        child_running && !self.service.is_closed() && !self.service.peer().is_transport_closed()
+    }
+
+    /// For a stdio server that went away: its exit status, waiting briefly for it.
+    pub(crate) async fn exit_status(&self) -> Option<ExitStatus> {
+        match &self.child {
+            Some(child) => child.exit_status_within(EXIT_STATUS_WAIT).await,
+            None => None,
+        }
+    }
+}
+
+/// What keel tells servers about itself.
+fn client_info() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("keel", env!("CARGO_PKG_VERSION")),
+    )
+}

@@ -1,0 +1,118 @@
+//! Errors of keel-mcp: configuration validation ([`ConfigError`]) and server start-up
+//! ([`ConnectError`]). Tool calls never return `Err`: their failures are `error` results.
+
+use std::time::Duration;
+
+/// A `[mcp_servers.NAME]` table that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The server name is empty or has characters other than `[A-Za-z0-9_-]`, or `__`.
+    #[error(
+        "mcp server name '{server}' is invalid: use letters, digits, '_' and '-' (and no '__')"
+    )]
+    InvalidName {
+        /// The name as written.
+        server: String,
+    },
+    /// Neither `command` nor `url` is set.
+    #[error("mcp server '{server}' needs either `command` (stdio) or `url` (streamable HTTP)")]
+    NoTransport {
+        /// The server name.
+        server: String,
+    },
+    /// Both `command` and `url` are set.
+    #[error("mcp server '{server}' sets both `command` and `url`; choose one")]
+    BothTransports {
+        /// The server name.
+        server: String,
+    },
+    /// `command` is empty.
+    #[error("mcp server '{server}' has an empty `command`")]
+    EmptyCommand {
+        /// The server name.
+        server: String,
+    },
+    /// A key that only applies to a stdio server is set on a URL server.
+    #[error("mcp server '{server}': `{key}` applies only to a stdio server (`command`)")]
+    StdioOnlyKey {
+        /// The server name.
+        server: String,
+        /// `args`, `env` or `cwd`.
+        key: &'static str,
+    },
+    /// `url` is not an `http://` or `https://` URL.
+    #[error("mcp server '{server}': url '{url}' must start with http:// or https://")]
+    InvalidUrl {
+        /// The server name.
+        server: String,
+        /// The URL as written.
+        url: String,
+    },
+    /// A timeout is zero.
+    #[error("mcp server '{server}': `{key}` must be greater than 0")]
+    ZeroTimeout {
+        /// The server name.
+        server: String,
+        /// `startup_timeout_ms` or `tool_timeout_ms`.
+        key: &'static str,
+    },
+    /// A `[mcp_servers.NAME.tools.TOOL]` table has an empty tool name.
+    #[error("mcp server '{server}': a `tools` table has an empty tool name")]
+    EmptyToolName {
+        /// The server name.
+        server: String,
+    },
+}
+
+/// Why a server could not be started and initialized.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The command could not be spawned.
+    #[error("cannot start `{command}`: {source}")]
+    Spawn {
+        /// The command as configured.
+        command: String,
+        /// The spawn error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The log file under the log folder could not be opened.
+    #[error("cannot open the server log {path}: {source}")]
+    Log {
+        /// The log file.
+        path: std::path::PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Initialization and the first `tools/list` did not finish in time.
+    #[error("no answer within the startup timeout ({} ms){}", timeout.as_millis(), tail(stderr_tail))]
+    StartupTimeout {
+        /// The configured startup timeout.
+        timeout: Duration,
+        /// The last lines the server wrote on stderr.
+        stderr_tail: Vec<String>,
+    },
+    /// The MCP handshake failed (the process exited, or spoke something else).
+    #[error("initialization failed: {message}{}", tail(stderr_tail))]
+    Initialize {
+        /// rmcp's description.
+        message: String,
+        /// The last lines the server wrote on stderr.
+        stderr_tail: Vec<String>,
+    },
+    /// `tools/list` failed.
+    #[error("tools/list failed: {message}{}", tail(stderr_tail))]
+    ListTools {
+        /// rmcp's description.
+        message: String,
+        /// The last lines the server wrote on stderr.
+        stderr_tail: Vec<String>,
+    },
+}
+
+fn tail(lines: &[String]) -> String {
+    if lines.is_empty() { String::new() } else { format!("; stderr: {}", lines.join(" | ")) }
+}

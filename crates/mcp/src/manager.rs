@@ -1,0 +1,399 @@
+//! [`McpServers`]: starts every configured server, lists its tools, keeps each connection
+//! and restarts a dead one on next use.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use keel_contracts::{Access, Effects, Tool, ToolOutput, ToolSpec, fence_untrusted};
+use rmcp::ServiceError;
+use rmcp::model::CallToolRequestParams;
+
+use crate::access::{AccessSource, declare_access};
+use crate::config::{ServerSpec, TransportSpec};
+use crate::connection::Connection;
+use crate::error::ConnectError;
+use crate::naming::keel_tool_name;
+use crate::result::render;
+use crate::stdio::ServerLog;
+use crate::tool::McpTool;
+
+/// Environment variables a stdio server inherits from keel; everything else it gets from
+/// its own `env` table. keel's API keys (`OPENAI_API_KEY`, ...) are never passed on.
+pub const INHERITED_ENV_VARS: &[&str] = &[
+    "HOME",
+    "PATH",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_RUNTIME_DIR",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+];
+
+/// What servers are started with, chosen by the composition root.
+#[derive(Debug, Clone)]
+pub struct StartOptions {
+    /// Where `mcp-<server>.log` files go (e.g. `KEEL_HOME/logs`); created when missing.
+    pub log_dir: PathBuf,
+    /// The workspace: a stdio server's default working folder, and what a relative `cwd`
+    /// resolves against.
+    pub workspace: PathBuf,
+    /// The inherited environment: normally the process's values of
+    /// [`INHERITED_ENV_VARS`].
+    pub inherited_env: BTreeMap<OsString, OsString>,
+}
+
+/// Whether a server is usable, as last seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerState {
+    /// Initialized and its tools listed.
+    Connected,
+    /// Start-up failed; the server contributes no tools.
+    Failed {
+        /// Why, for humans.
+        reason: String,
+    },
+}
+
+/// One MCP tool as `keel mcp list` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpToolInfo {
+    /// The name the model calls it by (`mcp__fs__read_file`).
+    pub name: String,
+    /// The server's own name for it.
+    pub server_tool: String,
+    /// Declared access.
+    pub access: Access,
+    /// Declared effects.
+    pub effects: Effects,
+    /// Who declared the access.
+    pub source: AccessSource,
+    /// The server's own `readOnlyHint`: shown, never trusted unless the server is.
+    pub read_only_hint: Option<bool>,
+}
+
+/// One configured server as `keel mcp list` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerStatus {
+    /// The server's name.
+    pub name: String,
+    /// `stdio: COMMAND ARGS` or `http: URL`.
+    pub transport: String,
+    /// Connected, or why not.
+    pub state: ServerState,
+    /// Its tools, in the server's order.
+    pub tools: Vec<McpToolInfo>,
+    /// Things the user should know: declarations for tools the server does not offer,
+    /// tools left out because their names collide.
+    pub notes: Vec<String>,
+    /// The server's log (stdio servers).
+    pub log_path: Option<PathBuf>,
+}
+
+/// The configured MCP servers and their tools.
+#[derive(Debug)]
+pub struct McpServers {
+    tools: Vec<Arc<McpTool>>,
+    statuses: Vec<ServerStatus>,
+}
+
+impl McpServers {
+    /// Starts every server in parallel (each bounded by its startup timeout), initializes
+    /// it and lists its tools (following `nextCursor`). Never fails as a whole: a server
+    /// that does not start is reported in [`McpServers::statuses`] and contributes no
+    /// tools.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future kills the stdio servers started so far.
+    pub async fn start(specs: Vec<ServerSpec>, options: StartOptions) -> McpServers {
+        let options = Arc::new(options);
+        let started = futures::future::join_all(
+            specs.into_iter().map(|spec| start_one(spec, options.clone())),
+        )
+        .await;
+        let mut tools = Vec::new();
+        let mut statuses = Vec::new();
+        for (server_tools, status) in started {
+            tools.extend(server_tools);
+            statuses.push(status);
+        }
+        McpServers { tools, statuses }
+    }
+
+    /// The tools of every connected server, for the kernel's registry.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.tools.iter().map(|tool| tool.clone() as Arc<dyn Tool>).collect()
+    }
+
+    /// Every configured server's state, tools and notes, in configuration order.
+    pub fn statuses(&self) -> &[ServerStatus] {
+        &self.statuses
+    }
+}
+
+async fn start_one(
+    spec: ServerSpec,
+    options: Arc<StartOptions>,
+) -> (Vec<Arc<McpTool>>, ServerStatus) {
+    let mut status = ServerStatus {
+        name: spec.name.clone(),
+        transport: spec.transport.describe(),
+        state: ServerState::Connected,
+        tools: Vec::new(),
+        notes: Vec::new(),
+        log_path: None,
+    };
+    let log = match &spec.transport {
+        TransportSpec::Stdio { .. } => match ServerLog::open(&options.log_dir, &spec.name) {
+            Ok(log) => {
+                status.log_path = Some(log.path().to_path_buf());
+                Some(Arc::new(log))
+            }
+            Err(error) => {
+                status.state = ServerState::Failed { reason: error.to_string() };
+                return (Vec::new(), status);
+            }
+        },
+        TransportSpec::Http { .. } => None,
+    };
+    let server =
+        Arc::new(ServerHandle { spec, options, log, connection: tokio::sync::Mutex::new(None) });
+    let listed = tokio::time::timeout(server.spec.startup_timeout, async {
+        let connection = server.connect().await?;
+        let tools =
+            connection.peer().list_all_tools().await.map_err(|error| ConnectError::ListTools {
+                message: error.to_string(),
+                stderr_tail: server.stderr_tail(),
+            })?;
+        Ok::<_, ConnectError>((connection, tools))
+    })
+    .await;
+    let (connection, listed) = match listed {
+        Ok(Ok(listed)) => listed,
+        Ok(Err(error)) => {
+            status.state = ServerState::Failed { reason: error.to_string() };
+            return (Vec::new(), status);
+        }
+        Err(_elapsed) => {
+            let error = ConnectError::StartupTimeout {
+                timeout: server.spec.startup_timeout,
+                stderr_tail: server.stderr_tail(),
+            };
+            status.state = ServerState::Failed { reason: error.to_string() };
+            return (Vec::new(), status);
+        }
+    };
+    *server.connection.lock().await = Some(connection);
+
+    let mut names = BTreeSet::new();
+    let mut tools = Vec::new();
+    let offered: BTreeSet<&str> = listed.iter().map(|tool| tool.name.as_ref()).collect();
+    for undeclared in server.spec.tools.keys().filter(|name| !offered.contains(name.as_str())) {
+        status
+            .notes
+            .push(format!("config declares tool '{undeclared}', which the server does not offer"));
+    }
+    for listed_tool in &listed {
+        let server_tool = listed_tool.name.to_string();
+        let name = keel_tool_name(&server.spec.name, &server_tool);
+        if !names.insert(name.clone()) {
+            status.notes.push(format!(
+                "tool '{server_tool}' left out: its name {name} is taken by another tool"
+            ));
+            continue;
+        }
+        let read_only_hint = listed_tool.annotations.as_ref().and_then(|a| a.read_only_hint);
+        let declared = declare_access(
+            server.spec.transport.kind(),
+            server.spec.trusted,
+            server.spec.tools.get(&server_tool),
+            read_only_hint,
+        );
+        let info = McpToolInfo {
+            name: name.clone(),
+            server_tool: server_tool.clone(),
+            access: declared.access,
+            effects: declared.effects,
+            source: declared.source,
+            read_only_hint,
+        };
+        let mut parameters = serde_json::Value::Object((*listed_tool.input_schema).clone());
+        if parameters.get("type").is_none() {
+            parameters["type"] = serde_json::Value::from("object");
+        }
+        let description =
+            listed_tool.description.as_deref().map(str::to_owned).unwrap_or_else(|| {
+                format!("Tool '{server_tool}' of MCP server '{}'.", server.spec.name)
+            });
+        let spec = ToolSpec {
+            name,
+            description,
+            parameters,
+            access: declared.access,
+            effects: declared.effects,
+            intrinsic: false,
+            first_party: false,
+        };
+        status.tools.push(info.clone());
+        tools.push(Arc::new(McpTool::new(spec, info, server.clone())));
+    }
+    (tools, status)
+}
+
+/// One configured server and its current connection, shared by its tools.
+#[derive(Debug)]
+pub(crate) struct ServerHandle {
+    spec: ServerSpec,
+    options: Arc<StartOptions>,
+    log: Option<Arc<ServerLog>>,
+    /// `None` before the first start and after the connection died.
+    connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+}
+
+impl ServerHandle {
+    fn stderr_tail(&self) -> Vec<String> {
+        self.log.as_ref().map(|log| log.tail()).unwrap_or_default()
+    }
+
+    /// A new connection (not stored).
+    async fn connect(&self) -> Result<Arc<Connection>, ConnectError> {
+        Connection::open(&self.spec, &self.options, self.log.as_ref()).await.map(Arc::new)
+    }
+
+    /// The live connection, (re)starting the server within its startup timeout if needed.
+    async fn live_connection(&self) -> Result<Arc<Connection>, ConnectError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref().filter(|c| c.is_alive()) {
+            return Ok(connection.clone());
+        }
+        // Drop a dead connection first: that kills what is left of its process group.
+        *slot = None;
+        if let Some(log) = &self.log {
+            log.note("restarting");
+        }
+        let connection = tokio::time::timeout(self.spec.startup_timeout, self.connect())
+            .await
+            .map_err(|_elapsed| ConnectError::StartupTimeout {
+            timeout: self.spec.startup_timeout,
+            stderr_tail: self.stderr_tail(),
+        })??;
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// Forgets `connection` if it is still the current one.
+    async fn discard(&self, connection: &Arc<Connection>) {
+        let mut slot = self.connection.lock().await;
+        if slot.as_ref().is_some_and(|current| Arc::ptr_eq(current, connection)) {
+            *slot = None;
+        }
+    }
+
+    /// Calls `server_tool` with `arguments` within the tool timeout; the result is fenced
+    /// as untrusted text from `source` (the keel tool name).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future while the call is in flight sends `notifications/cancelled`
+    /// for it (rmcp's abandoned-request guard); the connection stays usable.
+    pub(crate) async fn call(
+        &self,
+        source: &str,
+        server_tool: &str,
+        arguments: &serde_json::Value,
+    ) -> ToolOutput {
+        let server = &self.spec.name;
+        let arguments = match arguments {
+            serde_json::Value::Object(object) => Some(object.clone()),
+            serde_json::Value::Null => None,
+            _ => return ToolOutput::error("error: the arguments must be a JSON object"),
+        };
+        let connection = match self.live_connection().await {
+            Ok(connection) => connection,
+            Err(error) => {
+                return ToolOutput::error(format!(
+                    "error: MCP server '{server}' is not available: {}",
+                    self.fence_stderr(&error.to_string())
+                ));
+            }
+        };
+        let mut params = CallToolRequestParams::new(server_tool.to_owned());
+        if let Some(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        let timeout = self.spec.tool_timeout;
+        let called = tokio::time::timeout(timeout, connection.peer().call_tool(params)).await;
+        match called {
+            Ok(Ok(result)) => {
+                let (outcome, text) = render(&result);
+                ToolOutput { outcome, content: fence_untrusted(source, &text) }
+            }
+            Err(_elapsed) => ToolOutput::error(format!(
+                "error: MCP tool '{server_tool}' of server '{server}' did not answer within {} ms; \
+                 the server was told to cancel it",
+                timeout.as_millis()
+            )),
+            Ok(Err(error)) if lost_connection(&error) || !connection.is_alive() => {
+                let status = connection.exit_status().await;
+                self.discard(&connection).await;
+                let how = match status {
+                    Some(status) => format!("exited ({status})"),
+                    None => "closed the connection".to_owned(),
+                };
+                if let Some(log) = &self.log {
+                    log.note(&format!("{how} during a call to '{server_tool}'"));
+                }
+                ToolOutput::error(format!(
+                    "error: MCP server '{server}' {how} before answering; it will be restarted \
+                     on next use{}",
+                    self.fence_stderr("")
+                ))
+            }
+            Ok(Err(ServiceError::McpError(error))) => ToolOutput::error(format!(
+                "error: MCP server '{server}' answered with an error ({}):\n{}",
+                error.code.0,
+                fence_untrusted(source, &error.message)
+            )),
+            Ok(Err(error)) => ToolOutput::error(format!(
+                "error: the call to MCP server '{server}' failed: {error}"
+            )),
+        }
+    }
+
+    /// `prefix` and the server's last stderr lines, fenced: they are the server's words.
+    fn fence_stderr(&self, prefix: &str) -> String {
+        let tail = self.stderr_tail();
+        if tail.is_empty() {
+            return prefix.to_owned();
+        }
+        let source = format!("mcp__{}__stderr", self.spec.name);
+        format!(
+            "{prefix}\nlast lines of its stderr:\n{}",
+            fence_untrusted(&source, &tail.join("\n"))
+        )
+    }
+}
+
+fn lost_connection(error: &ServiceError) -> bool {
+    matches!(error, ServiceError::TransportClosed | ServiceError::TransportSend(_))
+}

@@ -1,0 +1,306 @@
+//! Local (stdio) servers: the child process in its own process group, its stderr in the
+//! server log, and a line filter between its stdout and the JSON-RPC transport.
+//!
+//! The filter is bug case B12's fix on the client side: a line that does not start like a
+//! JSON value (a log banner such as `Server starting on stdio...`) is logged with the
+//! server's name and skipped; a leading UTF-8 BOM is stripped. rmcp 3.11's own reader
+//! skips unparsable lines too, but only into `tracing`; here the user finds them in the
+//! server's log, next to its stderr.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::process::{ChildStdin, ChildStdout};
+
+use crate::error::ConnectError;
+
+/// Longest JSON-RPC line accepted from a server (rmcp's own cap).
+const MAX_LINE_BYTES: u64 = 16 * 1024 * 1024;
+/// Longest stderr line kept whole; longer ones are split.
+const MAX_STDERR_LINE_BYTES: u64 = 8 * 1024;
+/// How many stderr lines an error report quotes.
+const STDERR_TAIL_LINES: usize = 20;
+/// How much of a stderr line an error report quotes, in characters.
+const STDERR_TAIL_CHARS: usize = 300;
+/// A log file larger than this is started afresh when the server starts.
+const MAX_LOG_BYTES: u64 = 4 * 1024 * 1024;
+/// Buffer between the stdout filter and the transport.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// A server's log file (`<log_dir>/mcp-<server>.log`) and the last lines of its stderr.
+#[derive(Debug)]
+pub(crate) struct ServerLog {
+    server: String,
+    path: PathBuf,
+    file: Mutex<Option<std::fs::File>>,
+    tail: Mutex<VecDeque<String>>,
+}
+
+impl ServerLog {
+    /// Opens (creating the folder) the log of `server` for appending.
+    pub(crate) fn open(log_dir: &Path, server: &str) -> Result<ServerLog, ConnectError> {
+        let path = log_dir.join(format!("mcp-{server}.log"));
+        let error = |source| ConnectError::Log { path: path.clone(), source };
+        std::fs::create_dir_all(log_dir).map_err(error)?;
+        let too_big = std::fs::metadata(&path).is_ok_and(|meta| meta.len() > MAX_LOG_BYTES);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(!too_big)
+            .write(true)
+            .truncate(too_big)
+            .open(&path)
+            .map_err(error)?;
+        Ok(ServerLog {
+            server: server.to_owned(),
+            path,
+            file: Mutex::new(Some(file)),
+            tail: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// The log file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes a line of keel's own (`[keel] ...`) to the log.
+    pub(crate) fn note(&self, text: &str) {
+        self.write(format!("[keel] mcp server '{}': {text}\n", self.server).as_bytes());
+    }
+
+    /// The last stderr lines since the server last started, oldest first.
+    pub(crate) fn tail(&self) -> Vec<String> {
+        lock(&self.tail).iter().cloned().collect()
+    }
+
+    fn started(&self, command: &str) {
+        lock(&self.tail).clear();
+        self.note(&format!("starting `{command}`"));
+    }
+
+    fn stderr_line(&self, line: &[u8]) {
+        self.write(line);
+        if !line.ends_with(b"\n") {
+            self.write(b"\n");
+        }
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end();
+        if text.is_empty() {
+            return;
+        }
+        let mut tail = lock(&self.tail);
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(text.chars().take(STDERR_TAIL_CHARS).collect());
+    }
+
+    fn write(&self, bytes: &[u8]) {
+        let mut file = lock(&self.file);
+        // A log that cannot be written is dropped rather than failing the server.
+        if let Some(handle) = file.as_mut()
+            && handle.write_all(bytes).is_err()
+        {
+            *file = None;
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The server process; dropping it kills its whole process group.
+#[derive(Debug)]
+pub(crate) struct ChildGuard {
+    child: Mutex<Box<dyn ChildWrapper>>,
+}
+
+impl ChildGuard {
+    /// The exit status, if the process has exited by now.
+    pub(crate) fn try_exit_status(&self) -> Option<ExitStatus> {
+        lock(&self.child).try_wait().ok().flatten()
+    }
+
+    /// Waits up to `within` for the process to exit; its status if it did.
+    pub(crate) async fn exit_status_within(&self, within: Duration) -> Option<ExitStatus> {
+        let step = Duration::from_millis(20);
+        let mut waited = Duration::ZERO;
+        loop {
+            if let Some(status) = self.try_exit_status() {
+                return Some(status);
+            }
+            if waited >= within {
+                return None;
+            }
+            tokio::time::sleep(step).await;
+            waited += step;
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let mut child = lock(&self.child);
+        // SIGKILL to the process group; an already-exited group answers ESRCH, ignored.
+        let _ = child.start_kill();
+        let _ = child.try_wait();
+    }
+}
+
+/// A spawned server: the guard, its filtered stdout and its stdin.
+pub(crate) struct Spawned {
+    pub(crate) child: ChildGuard,
+    pub(crate) stdout: DuplexStream,
+    pub(crate) stdin: ChildStdin,
+}
+
+/// What a stdio server is started with.
+pub(crate) struct Launch<'a> {
+    pub(crate) command: &'a str,
+    pub(crate) args: &'a [String],
+    pub(crate) env: &'a BTreeMap<String, String>,
+    pub(crate) cwd: PathBuf,
+    pub(crate) inherited_env: &'a BTreeMap<OsString, OsString>,
+}
+
+/// Spawns the server in a new process group with a cleared environment (the inherited
+/// allow-list plus its own `env`), stderr into `log`, stdout through the line filter.
+pub(crate) fn spawn(launch: &Launch<'_>, log: &Arc<ServerLog>) -> Result<Spawned, ConnectError> {
+    let mut command = tokio::process::Command::new(launch.command);
+    command
+        .args(launch.args)
+        .env_clear()
+        .envs(launch.inherited_env)
+        .envs(launch.env)
+        .current_dir(&launch.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut wrapped = CommandWrap::from(command);
+    wrapped.wrap(ProcessGroup::leader());
+    let described = std::iter::once(launch.command)
+        .chain(launch.args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ");
+    log.started(&described);
+    let mut child = wrapped
+        .spawn()
+        .map_err(|source| ConnectError::Spawn { command: described.clone(), source })?;
+    let pipes = (child.stdin().take(), child.stdout().take(), child.stderr().take());
+    let guard = ChildGuard { child: Mutex::new(child) };
+    let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
+        return Err(ConnectError::Spawn {
+            command: described,
+            source: std::io::Error::other("the child's stdio pipes are missing"),
+        });
+    };
+    let (transport_side, filter_side) = tokio::io::duplex(PIPE_BYTES);
+    tokio::spawn(filter_stdout(stdout, filter_side, log.clone()));
+    tokio::spawn(capture_stderr(stderr, log.clone()));
+    Ok(Spawned { child: guard, stdout: transport_side, stdin })
+}
+
+/// Copies JSON lines from the server's stdout to the transport; logs and skips the rest.
+async fn filter_stdout(stdout: ChildStdout, mut sink: DuplexStream, log: Arc<ServerLog>) {
+    let mut reader = BufReader::new(stdout);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader).take(MAX_LINE_BYTES).read_until(b'\n', &mut line).await {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) => {
+                log.note(&format!("reading stdout failed: {error}"));
+                break;
+            }
+        }
+        if !line.ends_with(b"\n") && line.len() as u64 == MAX_LINE_BYTES {
+            log.note(&format!("skipped a stdout line longer than {MAX_LINE_BYTES} bytes"));
+            if !skip_rest_of_line(&mut reader).await {
+                break;
+            }
+            continue;
+        }
+        let Some(message) = json_line(&line) else {
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim();
+            if !text.is_empty() {
+                let preview: String = text.chars().take(200).collect();
+                log.note(&format!("skipped a non-JSON line on stdout: {preview}"));
+            }
+            continue;
+        };
+        if sink.write_all(message).await.is_err() || sink.write_all(b"\n").await.is_err() {
+            break;
+        }
+    }
+    let _ = sink.shutdown().await;
+}
+
+/// The JSON text of a stdout line (without BOM and line end), or `None` when the line
+/// does not start like a JSON-RPC message.
+fn json_line(line: &[u8]) -> Option<&[u8]> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    let line = line.trim_ascii();
+    match line.first() {
+        Some(b'{' | b'[') => Some(line),
+        _ => None,
+    }
+}
+
+/// Discards input up to and including the next newline; false at EOF or on error.
+async fn skip_rest_of_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> bool {
+    let mut scratch = Vec::new();
+    loop {
+        scratch.clear();
+        match (&mut *reader).take(64 * 1024).read_until(b'\n', &mut scratch).await {
+            Ok(0) | Err(_) => return false,
+            Ok(_) if scratch.ends_with(b"\n") => return true,
+            Ok(_) => {}
+        }
+    }
+}
+
+async fn capture_stderr(stderr: tokio::process::ChildStderr, log: Arc<ServerLog>) {
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader).take(MAX_STDERR_LINE_BYTES).read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => log.stderr_line(&line),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_lines_table() {
+        let cases: [(&[u8], Option<&[u8]>); 8] = [
+            (b"{\"jsonrpc\":\"2.0\"}\n", Some(b"{\"jsonrpc\":\"2.0\"}")),
+            (b"{\"a\":1}\r\n", Some(b"{\"a\":1}")),
+            (b"\xEF\xBB\xBF{\"a\":1}\n", Some(b"{\"a\":1}")),
+            (b"  [1]\n", Some(b"[1]")),
+            (b"Server starting on stdio...\n", None),
+            (b"not json\n", None),
+            (b"\n", None),
+            (b"\xEF\xBB\xBFnot json", None),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(json_line(line), expected, "{}", String::from_utf8_lossy(line));
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! [`McpTool`]: one tool of an MCP server as a keel [`Tool`].
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel_contracts::{Tool, ToolContext, ToolOutput, ToolSpec};
+
+use crate::manager::{McpToolInfo, ServerHandle};
+
+/// A tool of an MCP server, named `mcp__<server>__<tool>`, with declared access.
+#[derive(Debug)]
+pub struct McpTool {
+    spec: ToolSpec,
+    info: McpToolInfo,
+    server: Arc<ServerHandle>,
+}
+
+impl McpTool {
+    pub(crate) fn new(spec: ToolSpec, info: McpToolInfo, server: Arc<ServerHandle>) -> McpTool {
+        McpTool { spec, info, server }
+    }
+
+    /// What `keel mcp list` shows about it.
+    pub fn info(&self) -> &McpToolInfo {
+        &self.info
+    }
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    /// Calls the tool on its server (restarting the server if it died), within the
+    /// server's tool timeout. The result text is fenced as untrusted; `isError: true`,
+    /// timeouts and a dead server are `error` results.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future sends `notifications/cancelled` for the call in flight.
+    async fn invoke(&self, _context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput {
+        self.server.call(&self.spec.name, &self.info.server_tool, arguments).await
+    }
+}

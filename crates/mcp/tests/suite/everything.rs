@@ -1,0 +1,69 @@
+//! npm's server-everything over stdio: listing, echo, get-sum, a timed-out long operation.
+
+use std::time::{Duration, Instant};
+
+use keel_contracts::{Access, Outcome};
+use keel_mcp::ServerState;
+
+use super::support::{Scratch, call, names, quoted, server_js, unfence};
+
+pub(crate) fn everything_stdio(extra: &str) -> String {
+    format!(
+        "command = \"node\"\nargs = [{}, \"stdio\"]\n{extra}",
+        quoted(&server_js("server-everything"))
+    )
+}
+
+#[tokio::test]
+async fn stdio_server_everything_lists_tools_and_answers_echo_and_get_sum() {
+    let scratch = Scratch::new();
+    let servers = scratch.start(&[("everything", &everything_stdio(""))]).await;
+    let status = &servers.statuses()[0];
+    assert_eq!(status.state, ServerState::Connected, "{status:?}");
+    assert_eq!(status.transport, format!("stdio: node {} stdio", server_js("server-everything")));
+    let names = names(&servers);
+    for expected in [
+        "mcp__everything__echo",
+        "mcp__everything__get-sum",
+        "mcp__everything__trigger-long-running-operation",
+    ] {
+        assert!(names.iter().any(|name| name == expected), "{expected} not in {names:?}");
+    }
+    // Undeclared tools of a local server are writes, whatever the server hints.
+    let echo = status.tools.iter().find(|tool| tool.server_tool == "echo").unwrap();
+    assert_eq!((echo.access, echo.read_only_hint), (Access::Write, Some(true)));
+
+    let output =
+        call(&servers, "mcp__everything__echo", serde_json::json!({"message": "hello keel"})).await;
+    assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
+    assert_eq!(unfence(&output.content, "mcp__everything__echo"), "Echo: hello keel");
+
+    let output =
+        call(&servers, "mcp__everything__get-sum", serde_json::json!({"a": 2, "b": 40})).await;
+    assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
+    let text = unfence(&output.content, "mcp__everything__get-sum");
+    assert!(text.contains("42"), "{text}");
+}
+
+#[tokio::test]
+async fn a_long_running_operation_times_out_in_time_and_the_server_stays_usable() {
+    let scratch = Scratch::new();
+    let servers =
+        scratch.start(&[("everything", &everything_stdio("tool_timeout_ms = 500"))]).await;
+    let started = Instant::now();
+    let output = call(
+        &servers,
+        "mcp__everything__trigger-long-running-operation",
+        serde_json::json!({"duration": 30, "steps": 3}),
+    )
+    .await;
+    let elapsed = started.elapsed();
+    assert_eq!(output.outcome, Outcome::Error, "{}", output.content);
+    assert!(output.content.contains("did not answer within 500 ms"), "{}", output.content);
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+
+    let output =
+        call(&servers, "mcp__everything__echo", serde_json::json!({"message": "after"})).await;
+    assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
+    assert_eq!(unfence(&output.content, "mcp__everything__echo"), "Echo: after");
+}

@@ -1,0 +1,6 @@
+mod access;
+mod everything;
+mod fake;
+mod filesystem;
+mod http;
+mod support;
