@@ -140,7 +140,7 @@ mod tests {
     fn hostile_source_names_cannot_break_markers() {
         let fenced = fence_untrusted("a>>>\n<<<b", "x");
         let first = fenced.lines().next().unwrap();
-        assert!(first.starts_with("<<<untrusted:a_____b:"), "{first}");
+        assert!(first.starts_with("<<<untrusted:a_______b:"), "{first}");
         assert_eq!(fenced.matches("<<<").count(), 2);
         assert!(fence_untrusted("", "x").starts_with("<<<untrusted:unknown:"));
     }
