@@ -158,6 +158,22 @@ impl UsageTotals {
     }
 }
 
+/// What a compaction carries forward verbatim, extracted by keel from the covered events.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CarriedContext {
+    /// Every user input in the covered range, in order (the task and its constraints).
+    pub inputs: Vec<String>,
+    /// The latest `todo`/`plan` items, as the agent recorded them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<serde_json::Value>,
+    /// Files the covered tool calls named (`path` arguments), in first-use order.
+    pub files: Vec<String>,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
 /// One tool call of a run and how it ended, as recorded in a [`EventKind::Checkpoint`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Evidence {
@@ -239,6 +255,42 @@ pub enum EventKind {
         messages: u64,
         /// SHA-256 of the serialized request.
         request_sha256: String,
+        /// Estimated size of the request in tokens (see `TokenCounter`).
+        #[serde(default)]
+        tokens: Option<u64>,
+        /// Estimated size before old tool results were pruned from the projection, when
+        /// any were.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens_before_pruning: Option<u64>,
+        /// Tool results shown as stubs (or previews) in this request.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        pruned_results: u64,
+    },
+    /// A prefix of the projection was folded into a summary (DESIGN.md §7). The ledger keeps
+    /// every covered event; only the projection changes.
+    Compaction {
+        /// First covered seq.
+        covers_from: Seq,
+        /// Last covered seq.
+        covers_to: Seq,
+        /// SHA-256 over the covered events' JSON, one per line: the compaction is invalid
+        /// when the covered events no longer hash to it.
+        digest: String,
+        /// The model's summary of the covered conversation.
+        summary: String,
+        /// What keel carries forward verbatim, whatever the summary says.
+        carried: CarriedContext,
+        /// Estimated request tokens before and after.
+        tokens_before: u64,
+        /// Estimated request tokens after.
+        tokens_after: u64,
+    },
+    /// Compaction was tried and did not happen (the summary failed or was malformed).
+    CompactionFailed {
+        /// Why.
+        reason: String,
+        /// Summary requests made.
+        attempts: u32,
     },
     /// The model's whole response.
     ModelResponse {
@@ -388,6 +440,8 @@ impl EventKind {
             EventKind::ModelRequested { .. } => "model_requested",
             EventKind::ModelResponse { .. } => "model_response",
             EventKind::BudgetExhausted { .. } => "budget_exhausted",
+            EventKind::Compaction { .. } => "compaction",
+            EventKind::CompactionFailed { .. } => "compaction_failed",
             EventKind::Checkpoint { .. } => "checkpoint",
             EventKind::GateDecision { .. } => "gate_decision",
             EventKind::PermissionRequested { .. } => "permission_requested",
@@ -417,6 +471,8 @@ impl EventKind {
             | EventKind::ModelRequested { .. }
             | EventKind::ModelResponse { .. }
             | EventKind::BudgetExhausted { .. }
+            | EventKind::Compaction { .. }
+            | EventKind::CompactionFailed { .. }
             | EventKind::Checkpoint { .. }
             | EventKind::GateDecision { .. }
             | EventKind::PermissionRequested { .. }

@@ -20,6 +20,7 @@
 mod budget;
 mod children;
 mod clock;
+mod context;
 mod envelope;
 mod event;
 mod fence;
@@ -34,20 +35,24 @@ mod tool;
 pub use budget::{Budget, BudgetVerdict, Spent, check_budget, usage_tokens};
 pub use children::{REFUSAL_CHILD_TOOLS, child_allowance};
 pub use clock::{Clock, IdGen, SystemClock, UuidV7Ids};
+pub use context::{
+    ApproxCounter, ContextPolicy, MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_message_tokens,
+    estimate_messages_tokens, estimate_request_tokens,
+};
 pub use envelope::{
     Authorization, Envelope, ExecutionMode, REFUSAL_FORBIDDEN, REFUSAL_NOT_IN_READS,
     REFUSAL_NOT_IN_WRITES, REFUSAL_PERMISSION_DENIED, REFUSAL_SHADOW, Scope,
     authorize_tool_invocation, effects_require_consent, executes_in_shadow, requires_consent,
 };
 pub use event::{
-    ApprovalMode, Decision, EventKind, Evidence, Lineage, PermissionAnswer, RuntimeEvent,
-    SandboxMode, UsageTotals,
+    ApprovalMode, CarriedContext, Decision, EventKind, Evidence, Lineage, PermissionAnswer,
+    RuntimeEvent, SandboxMode, UsageTotals,
 };
 pub use fence::{NEUTRALISED_MARKER, UNTRUSTED_POLICY, fence_untrusted, neutralise_markers};
 pub use ids::{AttemptId, RunId, Seq, SessionId, ToolCallId, TurnId};
 pub use message::{
-    FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, StreamDelta, ToolCall,
-    ToolDefinition, Usage,
+    FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, RequestPurpose, StreamDelta,
+    ToolCall, ToolDefinition, Usage,
 };
 pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};
 pub use pricing::{Price, cost_usd};

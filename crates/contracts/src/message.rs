@@ -161,6 +161,20 @@ pub struct ModelRequest {
     /// The number of model responses already recorded in this session's ledger.
     /// Deterministic models (the scripted model) use it as their position.
     pub responses_in_session: u64,
+    /// What the request is for.
+    #[serde(default)]
+    pub purpose: RequestPurpose,
+}
+
+/// What a model request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestPurpose {
+    /// A step of the conversation.
+    #[default]
+    Conversation,
+    /// A summary of earlier conversation for compaction (tools off).
+    Compaction,
 }
 
 /// A whole model response, assembled from the stream.

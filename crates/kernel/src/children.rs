@@ -48,7 +48,7 @@ pub(crate) fn tools() -> Vec<Arc<dyn Tool>> {
         "additionalProperties": false
     });
     vec![
-        AgentTool::new(
+        AgentTool::shared(
             SPAWN_AGENT,
             "Delegate a bounded, read-only sub-task to a child agent and get its final answer. \
              The child starts with no memory: put everything it needs in `task`. It can use \
@@ -63,17 +63,17 @@ pub(crate) fn tools() -> Vec<Arc<dyn Tool>> {
                 "additionalProperties": false
             }),
         ),
-        AgentTool::new(
+        AgentTool::shared(
             WAIT_AGENT,
             "Wait for a child agent and return its outcome and final answer.",
             agent_id.clone(),
         ),
-        AgentTool::new(
+        AgentTool::shared(
             LIST_AGENTS,
             "List this session's child agents with their status.",
             serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false}),
         ),
-        AgentTool::new(READ_AGENT_OUTPUT, "Read a child agent's final answer.", agent_id),
+        AgentTool::shared(READ_AGENT_OUTPUT, "Read a child agent's final answer.", agent_id),
     ]
 }
 
@@ -83,7 +83,7 @@ struct AgentTool {
 }
 
 impl AgentTool {
-    fn new(name: &str, description: &str, parameters: serde_json::Value) -> Arc<dyn Tool> {
+    fn shared(name: &str, description: &str, parameters: serde_json::Value) -> Arc<dyn Tool> {
         Arc::new(AgentTool {
             spec: ToolSpec {
                 name: name.to_owned(),

@@ -1,21 +1,24 @@
 //! [`Kernel`]: creates sessions and drives turns through the loop of DESIGN.md §3.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use keel_contracts::{
-    ApprovalMode, Budget, BudgetVerdict, Clock, Envelope, EventKind, Evidence, ExecutionMode,
-    FinishReason, IdGen, ModelClient, ModelRequest, PermissionRules, Price, RunId, RuntimeEvent,
-    SandboxMode, SessionId, Spent, Store, StreamDelta, Tool, TurnId, UsageTotals, check_budget,
-    cost_usd, sha256_hex, usage_tokens,
+    ApprovalMode, Budget, BudgetVerdict, Clock, ContextPolicy, Envelope, EventKind, Evidence,
+    ExecutionMode, FinishReason, IdGen, ModelClient, ModelRequest, PermissionRules, Price,
+    RequestPurpose, RunId, RuntimeEvent, SandboxMode, SessionId, Spent, Store, StreamDelta,
+    TokenCounter, Tool, TurnId, UsageTotals, check_budget, cost_usd, sha256_hex, usage_tokens,
 };
 
+use crate::compaction::{self, Compacted};
+use crate::context::{self, Window};
 use crate::ledger::Ledger;
 use crate::permission::PermissionHook;
 use crate::registry::Registry;
 use crate::settlement::{CallPolicy, CallState, Settled};
-use crate::{Cancellation, KernelError, Result, projection, recovery};
+use crate::{Cancellation, KernelError, Result, recovery};
 
 /// Receives every durable event and every streamed delta, for display.
 pub trait Observer: Send + Sync + std::fmt::Debug {
@@ -51,6 +54,8 @@ pub struct KernelDeps {
     pub permissions: Arc<dyn PermissionHook>,
     /// Display.
     pub observer: Arc<dyn Observer>,
+    /// Counts tokens for the model in use (a real tokenizer where one is known).
+    pub counter: Arc<dyn TokenCounter>,
 }
 
 /// What a new session is bound to.
@@ -86,6 +91,8 @@ pub struct RunConfig {
     pub budget: Budget,
     /// The model's price, for cost accounting; `None` records costs as unknown.
     pub price: Option<Price>,
+    /// How requests are kept inside the model's window.
+    pub context: ContextPolicy,
     /// Workspace instructions for the system prompt.
     pub instructions: Vec<Instruction>,
     /// Pre-answers to consent requests; deny rules beat allow rules and session grants.
@@ -418,6 +425,8 @@ impl Kernel {
             },
         );
         let mut spent = Spent::default();
+        let mut verified = BTreeMap::new();
+        let mut token_scale: f64 = 1.0;
         let mut step: u32 = 0;
         let mut last_step: Option<String> = None;
         let outcome = loop {
@@ -456,13 +465,64 @@ impl Kernel {
             }
             step += 1;
             let step_started = tokio::time::Instant::now();
+            let tools = if last_step.is_some() { Vec::new() } else { self.registry.definitions() };
+            let fixed_tokens = self.deps.counter.count(&system)
+                + if tools.is_empty() {
+                    0
+                } else {
+                    self.deps.counter.count(&serde_json::to_string(&tools).unwrap_or_default())
+                };
+            let window = Window {
+                policy: &config.context,
+                counter: self.deps.counter.as_ref(),
+                fixed_tokens,
+                scale: token_scale,
+            };
+            let mut fitted = context::fit(
+                context::retained_entries(
+                    &ledger.events,
+                    config.context.inline_limit_bytes,
+                    &mut verified,
+                ),
+                &window,
+            );
+            if fitted.over_budget {
+                let room = config.context.budget().unwrap_or(0).saturating_sub(fixed_tokens) / 2;
+                let (compacted, summary_spend) =
+                    self.compact(&mut ledger, (turn, run), &window, room, cancel).await?;
+                usage.absorb(&summary_spend);
+                if matches!(compacted, Compacted::Done) {
+                    fitted = context::fit(
+                        context::retained_entries(
+                            &ledger.events,
+                            config.context.inline_limit_bytes,
+                            &mut verified,
+                        ),
+                        &window,
+                    );
+                }
+                if fitted.over_budget {
+                    fitted = compaction::drop_oldest(&ledger.events, &window);
+                }
+                if fitted.over_budget {
+                    break TurnOutcome::Failed {
+                        reason: format!(
+                            "the context window is too small: the smallest request keel can build \
+                             is ~{} tokens, over the budget of {} tokens",
+                            fitted.tokens,
+                            config.context.budget().unwrap_or(0)
+                        ),
+                    };
+                }
+            }
             let request = ModelRequest {
                 model: info.model.clone(),
                 system: system.clone(),
-                messages: projection::messages(&ledger.events),
+                messages: fitted.messages,
                 // The last permitted step runs with tools off, so the model writes its report.
-                tools: if last_step.is_some() { Vec::new() } else { self.registry.definitions() },
-                responses_in_session: projection::responses_in_session(&ledger.events),
+                tools,
+                responses_in_session: ledger.responses(),
+                purpose: RequestPurpose::Conversation,
             };
             let request_sha256 =
                 sha256_hex(serde_json::to_string(&request).unwrap_or_default().as_bytes());
@@ -474,9 +534,13 @@ impl Kernel {
                         step,
                         messages: request.messages.len() as u64,
                         request_sha256,
+                        tokens: Some(fitted.tokens),
+                        tokens_before_pruning: fitted.tokens_before_pruning,
+                        pruned_results: fitted.pruned_results,
                     },
                 )
                 .await?;
+            let estimated_tokens = fitted.tokens;
             let observer = self.deps.observer.clone();
             let on_delta = move |delta: StreamDelta| observer.on_delta(&delta);
             let response = tokio::select! {
@@ -496,6 +560,15 @@ impl Kernel {
                     };
                 }
             };
+            // Correct later estimates by what the provider reports (only ever upwards).
+            if let Some(reported) = response.usage.input_tokens
+                && estimated_tokens > 0
+            {
+                let ratio = reported as f64 / estimated_tokens as f64;
+                if ratio > token_scale {
+                    token_scale = ratio.min(4.0);
+                }
+            }
             let cost = config.price.as_ref().and_then(|price| cost_usd(&response.usage, price));
             usage.add(&response.usage, cost);
             spent.steps = step;

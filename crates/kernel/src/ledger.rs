@@ -17,6 +17,8 @@ pub(crate) struct Ledger {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     observer: Arc<dyn Observer>,
+    /// Model responses recorded in the session (the scripted model's position).
+    responses: u64,
 }
 
 impl Ledger {
@@ -28,7 +30,8 @@ impl Ledger {
         observer: Arc<dyn Observer>,
     ) -> Result<Ledger, KernelError> {
         let events = store.read(session_id, Seq(0)).await?;
-        Ok(Ledger { session_id, events, store, clock, observer })
+        let responses = crate::projection::responses_in_session(&events);
+        Ok(Ledger { session_id, events, store, clock, observer, responses })
     }
 
     /// An empty ledger for a session about to be created.
@@ -38,7 +41,12 @@ impl Ledger {
         clock: Arc<dyn Clock>,
         observer: Arc<dyn Observer>,
     ) -> Ledger {
-        Ledger { session_id, events: Vec::new(), store, clock, observer }
+        Ledger { session_id, events: Vec::new(), store, clock, observer, responses: 0 }
+    }
+
+    /// Model responses recorded in the session.
+    pub(crate) fn responses(&self) -> u64 {
+        self.responses
     }
 
     fn last_seq(&self) -> Seq {
@@ -62,6 +70,9 @@ impl Ledger {
         };
         self.store.append(std::slice::from_ref(&event)).await?;
         self.observer.on_event(&event);
+        if matches!(event.kind, EventKind::ModelResponse { .. }) {
+            self.responses += 1;
+        }
         self.events.push(event);
         Ok(self.events.last().unwrap_or_else(|| unreachable!("an event was just pushed")))
     }

@@ -17,6 +17,8 @@
 
 mod cancel;
 mod children;
+pub mod compaction;
+pub mod context;
 mod error;
 mod intrinsic;
 mod kernel;

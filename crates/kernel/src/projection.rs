@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use keel_contracts::{EventKind, Message, Outcome, RuntimeEvent, ToolCall, ToolCallId};
+use keel_contracts::{EventKind, Message, Outcome, RuntimeEvent, Seq, ToolCall, ToolCallId};
 
 /// Text of a synthetic result for a call that has no recorded result.
 pub const UNANSWERED_CALL_TEXT: &str =
@@ -25,52 +25,88 @@ whoever resumes this task: what you did (with evidence), what you believe, and w
 pub const RESUME_NOTE: &str =
     "[keel] The run was resumed with a fresh budget. Continue the task from where you stopped.";
 
-/// Projects the conversation of a session from its events.
+/// One projected message and the seq of the event it comes from (for a synthetic result,
+/// the seq of the response whose call it answers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// The message.
+    pub message: Message,
+    /// Its source event.
+    pub seq: Seq,
+    /// For a tool result, the size of the whole recorded content in bytes (the message may
+    /// hold a preview or a stub); 0 otherwise.
+    pub full_bytes: usize,
+}
+
+/// Projects the conversation of a session from its events, in full.
 pub fn messages(events: &[RuntimeEvent]) -> Vec<Message> {
-    let mut messages = Vec::new();
+    entries(events, None).into_iter().map(|entry| entry.message).collect()
+}
+
+/// Projects the conversation of a session from its events. Tool results larger than
+/// `inline_limit` bytes become a head/tail preview with their handle (see [`preview`]).
+pub fn entries(events: &[RuntimeEvent], inline_limit: Option<usize>) -> Vec<Entry> {
+    let mut out = Vec::new();
     // Results recorded for the calls of the most recent assistant message, by call id.
     let mut pending: Option<Pending> = None;
     for event in events {
         match &event.kind {
             EventKind::TurnStarted { input } => {
-                flush(&mut messages, &mut pending);
-                push_user(&mut messages, input);
+                flush(&mut out, &mut pending);
+                push_user(&mut out, input, event.seq);
             }
             EventKind::ModelResponse { text, reasoning, tool_calls, .. } => {
-                flush(&mut messages, &mut pending);
-                messages.push(Message::Assistant {
-                    text: text.clone(),
-                    reasoning: reasoning.clone(),
-                    tool_calls: tool_calls.clone(),
+                flush(&mut out, &mut pending);
+                out.push(Entry {
+                    message: Message::Assistant {
+                        text: text.clone(),
+                        reasoning: reasoning.clone(),
+                        tool_calls: tool_calls.clone(),
+                    },
+                    seq: event.seq,
+                    full_bytes: 0,
                 });
                 if !tool_calls.is_empty() {
-                    pending = Some((tool_calls.clone(), BTreeMap::new()));
+                    pending = Some(Pending {
+                        calls: tool_calls.clone(),
+                        seq: event.seq,
+                        results: BTreeMap::new(),
+                    });
                 }
             }
             EventKind::ToolResult { call_id, tool, outcome, content, .. } => {
-                if let Some((calls, results)) = &mut pending
-                    && calls.iter().any(|call| &call.call_id == call_id)
+                if let Some(pending) = &mut pending
+                    && pending.calls.iter().any(|call| &call.call_id == call_id)
                 {
-                    results
-                        .entry(call_id.clone())
-                        .or_insert_with(|| (tool.clone(), *outcome, content.clone()));
+                    pending.results.entry(call_id.clone()).or_insert_with(|| {
+                        let content = match inline_limit {
+                            Some(limit) if content.len() > limit => {
+                                preview(content, call_id, limit)
+                            }
+                            _ => content.clone(),
+                        };
+                        (tool.clone(), *outcome, content, event.seq, event_bytes(event))
+                    });
                 }
             }
             EventKind::BudgetExhausted { reason, report_requested: true } => {
-                flush(&mut messages, &mut pending);
+                flush(&mut out, &mut pending);
                 push_user(
-                    &mut messages,
+                    &mut out,
                     &format!("{STOPPED_EARLY_PREFIX}{reason}. {REPORT_REQUEST}"),
+                    event.seq,
                 );
             }
-            EventKind::RunStarted { resumes: Some(_), .. } if matches!(messages.last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty()) =>
+            EventKind::RunStarted { resumes: Some(_), .. } if matches!(out.last(), Some(Entry { message: Message::Assistant { tool_calls, .. }, .. }) if tool_calls.is_empty()) =>
             {
                 // A resumed run after a tool-free answer (a report): the model needs a user
                 // turn to continue from.
-                push_user(&mut messages, RESUME_NOTE);
+                push_user(&mut out, RESUME_NOTE, event.seq);
             }
             EventKind::BudgetExhausted { report_requested: false, .. }
             | EventKind::Checkpoint { .. }
+            | EventKind::Compaction { .. }
+            | EventKind::CompactionFailed { .. }
             | EventKind::SessionCreated { .. }
             | EventKind::SessionSealed { .. }
             | EventKind::RunStarted { .. }
@@ -87,32 +123,99 @@ pub fn messages(events: &[RuntimeEvent]) -> Vec<Message> {
             | EventKind::RunCancelled { .. } => {}
         }
     }
-    flush(&mut messages, &mut pending);
-    messages
+    flush(&mut out, &mut pending);
+    out
 }
 
-/// The calls of the latest assistant message and the results recorded for them so far.
-type Pending = (Vec<ToolCall>, BTreeMap<ToolCallId, (String, Outcome, String)>);
+/// A head/tail preview of a large result, with its size and the handle to page it with
+/// `read_tool_result`. `limit` bounds the preview's length in bytes (plus the notes).
+pub fn preview(content: &str, call_id: &ToolCallId, limit: usize) -> String {
+    let half = limit / 2;
+    let head_end = floor_char_boundary(content, half);
+    let tail_start = ceil_char_boundary(content, content.len().saturating_sub(half).max(head_end));
+    let omitted = tail_start - head_end;
+    format!(
+        "[keel] This result is {} bytes; showing the first {head_end} and the last {} bytes. \
+         Page through it with read_tool_result {{\"handle\": \"{call_id}\", \"offset\": {head_end}}}.\n\
+         {}\n[… {omitted} bytes omitted …]\n{}",
+        content.len(),
+        content.len() - tail_start,
+        &content[..head_end],
+        &content[tail_start..],
+    )
+}
 
-/// Two user messages in a row (a turn whose run failed before the model answered, or a
-/// budget note after a new input) are merged, so roles alternate.
-fn push_user(messages: &mut Vec<Message>, input: &str) {
-    match messages.last_mut() {
-        Some(Message::User { text }) => {
-            text.push_str("\n\n");
-            text.push_str(input);
-        }
-        _ => messages.push(Message::User { text: input.to_owned() }),
+/// The stub that replaces an old tool result pruned from the projection.
+pub fn stub(content_bytes: usize, outcome: Outcome, call_id: &ToolCallId) -> String {
+    format!(
+        "[keel] pruned from the context: a {} result of {content_bytes} bytes. Read it again with \
+         read_tool_result {{\"handle\": \"{call_id}\"}} if you need it.",
+        outcome.as_str()
+    )
+}
+
+/// The largest char boundary at or below `index`.
+pub(crate) fn floor_char_boundary(text: &str, index: usize) -> usize {
+    let mut index = index.min(text.len());
+    while !text.is_char_boundary(index) {
+        index -= 1;
+    }
+    index
+}
+
+/// The smallest char boundary at or above `index`.
+pub(crate) fn ceil_char_boundary(text: &str, index: usize) -> usize {
+    let mut index = index.min(text.len());
+    while !text.is_char_boundary(index) {
+        index += 1;
+    }
+    index
+}
+
+fn event_bytes(event: &RuntimeEvent) -> usize {
+    match &event.kind {
+        EventKind::ToolResult { content, .. } => content.len(),
+        _ => 0,
     }
 }
 
-fn flush(messages: &mut Vec<Message>, pending: &mut Option<Pending>) {
-    let Some((calls, mut results)) = pending.take() else { return };
+/// Two user messages in a row (a turn whose run failed before the model answered, or a
+/// budget note after a new input) are merged, so roles alternate.
+fn push_user(out: &mut Vec<Entry>, input: &str, seq: Seq) {
+    match out.last_mut() {
+        Some(Entry { message: Message::User { text }, .. }) => {
+            text.push_str("\n\n");
+            text.push_str(input);
+        }
+        _ => out.push(Entry {
+            message: Message::User { text: input.to_owned() },
+            seq,
+            full_bytes: 0,
+        }),
+    }
+}
+
+/// The calls of the latest assistant message and the results recorded for them so far.
+struct Pending {
+    calls: Vec<ToolCall>,
+    seq: Seq,
+    results: BTreeMap<ToolCallId, (String, Outcome, String, Seq, usize)>,
+}
+
+fn flush(out: &mut Vec<Entry>, pending: &mut Option<Pending>) {
+    let Some(Pending { calls, seq, mut results }) = pending.take() else { return };
     for call in calls {
-        let (tool, outcome, content) = results.remove(&call.call_id).unwrap_or_else(|| {
-            (call.name.clone(), Outcome::Cancelled, UNANSWERED_CALL_TEXT.to_owned())
+        let (tool, outcome, content, result_seq, full_bytes) =
+            results.remove(&call.call_id).unwrap_or_else(|| {
+                let text = UNANSWERED_CALL_TEXT.to_owned();
+                let bytes = text.len();
+                (call.name.clone(), Outcome::Cancelled, text, seq, bytes)
+            });
+        out.push(Entry {
+            message: Message::ToolResult { call_id: call.call_id, tool, outcome, content },
+            seq: result_seq,
+            full_bytes,
         });
-        messages.push(Message::ToolResult { call_id: call.call_id, tool, outcome, content });
     }
 }
 

@@ -12,6 +12,7 @@ use keel_contracts::{
 };
 
 use crate::children::{AgentCall, Children, is_agent_tool};
+use crate::intrinsic::{READ_TOOL_RESULT, read_tool_result};
 use crate::kernel::REPEATED_FAILURE_LIMIT;
 use crate::ledger::Ledger;
 use crate::permission::PermissionRequest;
@@ -341,6 +342,10 @@ impl<'a> CallState<'a> {
             call_id: tool_call.call_id.clone(),
             sandbox: self.sandbox,
         };
+        if spec.intrinsic && name == READ_TOOL_RESULT {
+            let output = read_tool_result(&ledger.events, &tool_call.arguments);
+            return call.result(ledger, Some(attempt_id), output.outcome, output.content).await;
+        }
         if spec.intrinsic && is_agent_tool(name) {
             let answer = self
                 .children

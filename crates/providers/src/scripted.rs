@@ -10,13 +10,17 @@
 //! Sub-agents: `"agents": {"TASK": {"steps": [...]}}` gives the script of a child session
 //! whose task (its first user message) is exactly `TASK`; its positions count within the
 //! child session.
+//!
+//! Compaction: summary requests ([`RequestPurpose::Compaction`]) are answered with the
+//! script's `"compaction"` text (default `Scripted summary of N messages.`) and consume no
+//! step.
 
 use std::path::Path;
 
 use async_trait::async_trait;
 use keel_contracts::{
     FinishReason, Message, ModelClient, ModelError, ModelErrorKind, ModelInfo, ModelRequest,
-    ModelResponse, Outcome, StreamDelta, ToolCall, ToolCallId, Usage,
+    ModelResponse, Outcome, RequestPurpose, StreamDelta, ToolCall, ToolCallId, Usage,
 };
 use serde::Deserialize;
 
@@ -51,6 +55,10 @@ pub struct Script {
     /// Scripts of child sessions, by their exact task text.
     #[serde(default)]
     pub agents: std::collections::BTreeMap<String, Script>,
+    /// The answer to compaction (summary) requests; they do not consume steps. Absent:
+    /// `Scripted summary of N messages.`
+    #[serde(default)]
+    pub compaction: Option<String>,
 }
 
 /// One scripted reply.
@@ -246,6 +254,18 @@ impl ModelClient for ScriptedModel {
         request: &ModelRequest,
         on_delta: &(dyn Fn(StreamDelta) + Send + Sync),
     ) -> Result<ModelResponse, ModelError> {
+        if request.purpose == RequestPurpose::Compaction {
+            let text = self.script.compaction.clone().unwrap_or_else(|| {
+                format!("Scripted summary of {} messages.", request.messages.len())
+            });
+            return Ok(ModelResponse {
+                text,
+                reasoning: Vec::new(),
+                tool_calls: Vec::new(),
+                usage: Usage::default(),
+                finish_reason: FinishReason::Stop,
+            });
+        }
         let position = usize::try_from(request.responses_in_session).unwrap_or(usize::MAX);
         let step_no = position.saturating_add(1);
         let task = request.messages.iter().find_map(|message| match message {

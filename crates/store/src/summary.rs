@@ -56,6 +56,8 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::ModelResponse { .. }
         // A budget stop is settled by the `run_suspended` that follows it.
         | EventKind::BudgetExhausted { .. }
+        | EventKind::Compaction { .. }
+        | EventKind::CompactionFailed { .. }
         | EventKind::Checkpoint { .. }
         | EventKind::GateDecision { .. }
         | EventKind::PermissionRequested { .. }

@@ -181,6 +181,9 @@ fn filler_kind(seq: u64, variant: &str) -> EventKind {
         step: u32::try_from(seq).unwrap_or(u32::MAX),
         messages: seq,
         request_sha256: format!("{variant}-{seq}"),
+        tokens: None,
+        tokens_before_pruning: None,
+        pruned_results: 0,
     }
 }
 

@@ -268,6 +268,8 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::ModelResponse { .. }
         // A budget stop is settled by the `run_suspended` that follows it.
         | EventKind::BudgetExhausted { .. }
+        | EventKind::Compaction { .. }
+        | EventKind::CompactionFailed { .. }
         | EventKind::Checkpoint { .. }
         | EventKind::GateDecision { .. }
         | EventKind::PermissionRequested { .. }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use keel_contracts::{Budget, EventKind, ExecutionMode, Outcome, Seq, Store};
+use keel_contracts::{Budget, EventKind, ExecutionMode, Outcome, Seq};
 use keel_kernel::{Cancellation, TurnOutcome};
 
 use super::support::Harness;
@@ -65,7 +65,7 @@ async fn a_child_reads_and_its_answer_comes_back_as_the_tool_result() {
     let EventKind::RunComposition { tools, system_prompt, .. } = &child_events[3].kind else {
         panic!("{:?}", child_events[3]);
     };
-    assert_eq!(tools, &["read", "broken", "boom", "nap", "todo", "plan"]);
+    assert_eq!(tools, &["read", "broken", "boom", "nap", "todo", "plan", "read_tool_result"]);
     assert!(!system_prompt.contains("Instructions from"), "a child inherits no instructions");
     let summaries = harness.store.sessions().await.unwrap();
     assert_eq!(summaries.iter().find(|s| s.id == child).unwrap().parent, Some(session));

@@ -1,5 +1,6 @@
 mod budgets;
 mod children;
+mod context;
 mod dependencies;
 mod gates;
 mod recovery;

@@ -103,6 +103,9 @@ pub(crate) struct Harness {
     pub(crate) max_steps: Option<u32>,
     pub(crate) budget: keel_contracts::Budget,
     pub(crate) price: Option<keel_contracts::Price>,
+    pub(crate) context: keel_contracts::ContextPolicy,
+    /// Tools added after the default set (so default transcripts stay as they are).
+    pub(crate) extra_tools: Vec<Arc<dyn Tool>>,
     pub(crate) instructions: Vec<Instruction>,
     pub(crate) rules: PermissionRules,
     pub(crate) ids: Arc<SeqIds>,
@@ -120,6 +123,8 @@ impl Harness {
             max_steps: None,
             budget: keel_contracts::Budget::default(),
             price: None,
+            context: Default::default(),
+            extra_tools: Vec::new(),
             instructions: Vec::new(),
             rules: PermissionRules::default(),
             ids: Arc::new(SeqIds::new()),
@@ -131,11 +136,15 @@ impl Harness {
         Kernel::new(KernelDeps {
             store: self.store.clone(),
             model,
-            tools: default_tools(&self.log),
+            tools: default_tools(&self.log)
+                .into_iter()
+                .chain(self.extra_tools.iter().cloned())
+                .collect(),
             clock: self.clock.clone(),
             ids: self.ids.clone(),
             permissions: Arc::new(StaticPermissions(self.approval)),
             observer: Arc::new(NoopObserver),
+            counter: Arc::new(keel_contracts::ApproxCounter),
         })
         .unwrap()
     }
@@ -154,6 +163,7 @@ impl Harness {
             },
             budget: keel_contracts::Budget { max_steps: self.max_steps, ..self.budget },
             price: self.price,
+            context: self.context,
             instructions: self.instructions.clone(),
             rules: self.rules.clone(),
             cancel_poll: Duration::from_millis(50),
@@ -215,8 +225,21 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
             EventKind::RunComposition { provider, tools, .. } => {
                 format!("run_composition {provider} tools={}", tools.join(","))
             }
-            EventKind::ModelRequested { step, messages, .. } => {
-                format!("model_requested step={step} messages={messages}")
+            EventKind::ModelRequested { step, messages, pruned_results, .. } => {
+                let pruned = if *pruned_results > 0 {
+                    format!(" pruned={pruned_results}")
+                } else {
+                    String::new()
+                };
+                format!("model_requested step={step} messages={messages}{pruned}")
+            }
+            EventKind::Compaction { covers_from, covers_to, summary, carried, .. } => format!(
+                "compaction #{covers_from}..#{covers_to} {summary:?} inputs={} files={:?}",
+                carried.inputs.len(),
+                carried.files
+            ),
+            EventKind::CompactionFailed { reason, attempts } => {
+                format!("compaction_failed after {attempts} attempts: {reason}")
             }
             EventKind::ModelResponse { text, tool_calls, finish_reason, .. } => {
                 let calls: Vec<String> = tool_calls
@@ -303,5 +326,51 @@ impl Harness {
         let requests = Arc::default();
         let recording = Recording { inner: Arc::new(model), requests: Arc::clone(&requests) };
         (self.kernel_with(Arc::new(recording)), requests)
+    }
+}
+
+/// `emit {bytes}`: a first-party read that returns exactly `bytes` bytes of numbered lines.
+#[derive(Debug)]
+pub(crate) struct Emit(pub(crate) ToolSpec);
+
+impl Emit {
+    pub(crate) fn tool() -> Arc<dyn Tool> {
+        Arc::new(Emit(ToolSpec {
+            name: "emit".into(),
+            description: "emits bytes".into(),
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": {"bytes": {"type": "integer", "minimum": 0}},
+                "required": ["bytes"],
+                "additionalProperties": false
+            }),
+            access: Access::Read,
+            effects: Effects::LOCAL_READ,
+            intrinsic: false,
+            first_party: true,
+        }))
+    }
+
+    pub(crate) fn content(bytes: usize) -> String {
+        let mut text = String::with_capacity(bytes + 32);
+        let mut line = 0;
+        while text.len() < bytes {
+            text.push_str(&format!("line {line:08}\n"));
+            line += 1;
+        }
+        text.truncate(bytes);
+        text
+    }
+}
+
+#[async_trait]
+impl Tool for Emit {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+
+    async fn invoke(&self, _context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput {
+        let bytes = usize::try_from(arguments["bytes"].as_u64().unwrap_or(0)).unwrap();
+        ToolOutput::ok(Emit::content(bytes))
     }
 }

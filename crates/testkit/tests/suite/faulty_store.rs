@@ -16,6 +16,9 @@ fn note(step: u64) -> EventKind {
         step: u32::try_from(step).unwrap(),
         messages: step,
         request_sha256: String::new(),
+        tokens: None,
+        tokens_before_pruning: None,
+        pruned_results: 0,
     }
 }
 

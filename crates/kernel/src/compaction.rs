@@ -1,0 +1,280 @@
+//! Compaction: folding a prefix of the projection into a summary written by the model
+//! (DESIGN.md §7), and the fallback when that fails.
+//!
+//! The summary request has tools off and its own purpose ([`RequestPurpose::Compaction`]).
+//! A prefix too large for one request is summarised in pieces, each piece seeing the
+//! summary so far. A failed or malformed summary (error, empty, tool calls, truncated) is
+//! retried a bounded number of times, then recorded as `compaction_failed`: not compacted.
+//! The caller then drops the oldest exchanges whole, keeping the carried context.
+
+use std::collections::BTreeMap;
+
+use keel_contracts::{
+    CarriedContext, EventKind, FinishReason, Message, ModelRequest, RequestPurpose, RunId, Seq,
+    TurnId, UsageTotals,
+};
+
+use crate::context::{self, Window};
+use crate::ledger::Ledger;
+use crate::projection::Entry;
+use crate::{Cancellation, Kernel, Result};
+
+/// Summary requests per piece before compaction gives up.
+pub const SUMMARY_ATTEMPTS: u32 = 2;
+
+/// The system prompt of a summary request.
+pub const SUMMARY_SYSTEM: &str = "You are summarising the earlier part of a coding agent's \
+conversation so the agent can continue its task with a smaller context. Keep: decisions made \
+and why, what was tried and its results (including errors and refusals), facts learned about \
+the code, and open questions. Be specific (names, paths, commands). Do not invent anything. \
+Answer with the summary only.";
+
+/// The instruction that ends a summary request.
+pub const SUMMARY_REQUEST: &str = "[keel] Summarise the conversation above (and the summary \
+so far, if one was given) for your own continuation. The user's inputs, your plan and the \
+files touched are carried forward separately and verbatim; focus on what happened.";
+
+/// How compaction went.
+#[derive(Debug)]
+pub(crate) enum Compacted {
+    /// A compaction event was appended.
+    Done,
+    /// Nothing could be compacted (no prefix to fold), or the summary failed (recorded).
+    Not,
+}
+
+impl Kernel {
+    /// Compacts the session's projection: everything before the most recent exchanges that
+    /// fit in `room` tokens is summarised. Returns what the summary requests spent.
+    pub(crate) async fn compact(
+        &self,
+        ledger: &mut Ledger,
+        ids: (Option<TurnId>, Option<RunId>),
+        window: &Window<'_>,
+        room: u64,
+        cancel: &Cancellation,
+    ) -> Result<(Compacted, UsageTotals)> {
+        let mut spent = UsageTotals::default();
+        let mut verified = BTreeMap::new();
+        let inline = window.policy.inline_limit_bytes;
+        let entries = context::retained_entries(&ledger.events, inline, &mut verified);
+        let (pruned, fitted) = context::prune(entries.clone(), window);
+        let before = fitted.tokens;
+        // Keep the most recent exchanges that fit in `room` once pruned, and at least the
+        // latest one; fold everything before into the summary.
+        let mut cut = context::cut_for(&pruned, window, room);
+        if cut >= entries.len() {
+            cut = entries
+                .iter()
+                .rposition(|entry| matches!(entry.message, Message::Assistant { .. }))
+                .unwrap_or(0);
+        }
+        if cut == 0 {
+            return Ok((Compacted::Not, spent));
+        }
+        let covers_to = Seq(entries[cut].seq.0.saturating_sub(1));
+        let previous = context::active_compaction(&ledger.events, &mut verified).cloned();
+
+        // Summarise the prefix in pieces that fit.
+        let piece_room = window.policy.budget().unwrap_or(u64::MAX).saturating_sub(
+            window.counter.count(SUMMARY_SYSTEM) + window.counter.count(SUMMARY_REQUEST) + 64,
+        );
+        let prefix = shrink_for_summary(&entries[..cut]);
+        let mut summary = String::new();
+        let mut attempts = 0;
+        let mut start = 0;
+        while start < prefix.len() {
+            let summary_tokens = window.counter.count(&summary);
+            let room_for_piece = piece_room.saturating_sub(summary_tokens) / 2;
+            let mut end = start;
+            let mut used = 0;
+            while end < prefix.len() {
+                let size = window
+                    .counter
+                    .count(&serde_json::to_string(&prefix[end].message).unwrap_or_default());
+                if used + size > room_for_piece
+                    && end > start
+                    && matches!(prefix[end].message, Message::Assistant { .. })
+                {
+                    break;
+                }
+                used += size;
+                end += 1;
+            }
+            let mut messages = Vec::new();
+            let opening = if summary.is_empty() {
+                "[keel] The conversation to summarise follows.".to_owned()
+            } else {
+                format!("[keel] Summary so far:\n{summary}\n\nThe conversation continues:")
+            };
+            messages.push(Message::User { text: opening });
+            for entry in &prefix[start..end] {
+                match (messages.last_mut(), &entry.message) {
+                    (Some(Message::User { text }), Message::User { text: more }) => {
+                        text.push_str("\n\n");
+                        text.push_str(more);
+                    }
+                    _ => messages.push(entry.message.clone()),
+                }
+            }
+            match messages.last_mut() {
+                Some(Message::User { text }) => {
+                    text.push_str("\n\n");
+                    text.push_str(SUMMARY_REQUEST);
+                }
+                _ => messages.push(Message::User { text: SUMMARY_REQUEST.to_owned() }),
+            }
+            let request = ModelRequest {
+                model: self.deps.model.info().model,
+                system: SUMMARY_SYSTEM.to_owned(),
+                messages,
+                tools: Vec::new(),
+                responses_in_session: ledger.responses(),
+                purpose: RequestPurpose::Compaction,
+            };
+            let mut piece_summary = None;
+            let mut last_problem = String::new();
+            for _ in 0..SUMMARY_ATTEMPTS {
+                if cancel.is_cancelled() {
+                    return Ok((Compacted::Not, spent));
+                }
+                attempts += 1;
+                let response = tokio::select! {
+                    response = self.deps.model.complete(&request, &|_| {}) => response,
+                    () = cancel.cancelled() => return Ok((Compacted::Not, spent)),
+                };
+                match response {
+                    Ok(response) => {
+                        spent.add(&response.usage, None);
+                        if response.text.trim().is_empty() {
+                            last_problem = "the summary was empty".into();
+                        } else if !response.tool_calls.is_empty() {
+                            last_problem = "the summary request answered with tool calls".into();
+                        } else if response.finish_reason == FinishReason::Length {
+                            last_problem = "the summary was cut off by the output limit".into();
+                        } else {
+                            piece_summary = Some(response.text);
+                            break;
+                        }
+                    }
+                    Err(error) => last_problem = format!("model error: {}", error.message),
+                }
+            }
+            let Some(piece_summary) = piece_summary else {
+                ledger
+                    .append(
+                        ids.0,
+                        ids.1,
+                        EventKind::CompactionFailed { reason: last_problem, attempts },
+                    )
+                    .await?;
+                return Ok((Compacted::Not, spent));
+            };
+            summary = piece_summary;
+            start = end;
+        }
+
+        let (carried, scan_from) = match &previous {
+            Some(event) => match &event.kind {
+                EventKind::Compaction { carried, covers_to, .. } => {
+                    (carried.clone(), covers_to.0 + 1)
+                }
+                _ => (CarriedContext::default(), 1),
+            },
+            None => (CarriedContext::default(), 1),
+        };
+        let scan: Vec<_> = ledger
+            .events
+            .iter()
+            .filter(|event| event.seq.0 >= scan_from && event.seq <= covers_to)
+            .cloned()
+            .collect();
+        let carried = context::carry(carried, &scan);
+        let Some(covered) = context::covered(&ledger.events, Seq(1), covers_to) else {
+            return Ok((Compacted::Not, spent));
+        };
+        let digest = context::digest_of(covered);
+        let note = context::carried_note(&carried, Some(&summary), Seq(1), covers_to);
+        let after = window.fixed_tokens
+            + window.counter.count(&note)
+            + pruned[cut..]
+                .iter()
+                .map(|entry| {
+                    keel_contracts::estimate_message_tokens(&entry.message, window.counter)
+                })
+                .sum::<u64>();
+        ledger
+            .append(
+                ids.0,
+                ids.1,
+                EventKind::Compaction {
+                    covers_from: Seq(1),
+                    covers_to,
+                    digest,
+                    summary,
+                    carried,
+                    tokens_before: before,
+                    tokens_after: after,
+                },
+            )
+            .await?;
+        Ok((Compacted::Done, spent))
+    }
+}
+
+/// The prefix as a summary request sees it: results larger than 2 KiB become previews, so
+/// the pieces stay small; the summary cites handles for the rest.
+fn shrink_for_summary(entries: &[Entry]) -> Vec<Entry> {
+    entries
+        .iter()
+        .cloned()
+        .map(|mut entry| {
+            if let Message::ToolResult { call_id, content, .. } = &mut entry.message
+                && content.len() > 2048
+            {
+                *content = crate::projection::preview(content, call_id, 2048);
+            }
+            entry
+        })
+        .collect()
+}
+
+/// The fallback when compaction is not possible: drop the oldest exchanges whole so the
+/// rest fits, opened by the carried context (the user's inputs verbatim, the plan, the
+/// files), never an invented summary.
+pub fn drop_oldest(
+    events: &[keel_contracts::RuntimeEvent],
+    window: &Window<'_>,
+) -> context::Fitted {
+    let mut verified = BTreeMap::new();
+    let entries =
+        context::retained_entries(events, window.policy.inline_limit_bytes, &mut verified);
+    let carried_all = context::carry(CarriedContext::default(), events);
+    let probe = context::carried_note(&carried_all, None, Seq(1), Seq(1));
+    let note_tokens = window.counter.count(&probe) + 16;
+    let budget = window.policy.budget().unwrap_or(u64::MAX);
+    let room = budget.saturating_sub(window.fixed_tokens + note_tokens);
+    let (pruned, _) = context::prune(entries.clone(), window);
+    let cut = context::cut_for(&pruned, window, room).min(entries.len());
+    if cut == 0 {
+        return context::fit(entries, window);
+    }
+    let covers_to = Seq(entries.get(cut).map_or(u64::MAX, |e| e.seq.0.saturating_sub(1)));
+    let carried = context::carry(
+        CarriedContext::default(),
+        &events.iter().filter(|e| e.seq <= covers_to).cloned().collect::<Vec<_>>(),
+    );
+    let note = context::carried_note(&carried, None, Seq(1), covers_to);
+    let mut kept =
+        vec![Entry { message: Message::User { text: note }, seq: covers_to, full_bytes: 0 }];
+    for entry in entries.into_iter().skip(cut) {
+        match (kept.last_mut().map(|e| &mut e.message), &entry.message) {
+            (Some(Message::User { text }), Message::User { text: more }) => {
+                text.push_str("\n\n");
+                text.push_str(more);
+            }
+            _ => kept.push(entry),
+        }
+    }
+    context::fit(kept, window)
+}

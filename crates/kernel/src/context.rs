@@ -1,0 +1,307 @@
+//! Context is not history (DESIGN.md §7): fitting each request into the model's window.
+//!
+//! Per request: the projection starts after the latest valid compaction (its summary and
+//! carried context first), large results are previews with a handle, and, when the
+//! estimate is over budget, old tool results are pruned to stubs, oldest first, then the
+//! latest results' previews shrink. When that is not enough the loop compacts: a prefix is
+//! summarised by the model into a `compaction` event that pins the covered seq range and a
+//! digest. When compaction fails, the oldest exchanges are dropped whole, keeping the
+//! carried context (the user's inputs verbatim), never an invented summary.
+//!
+//! Invariant: every result of [`fit`] keeps calls and results paired and, when it reports
+//! `over_budget == false`, is within the budget.
+
+use std::collections::BTreeMap;
+
+use keel_contracts::{
+    CarriedContext, ContextPolicy, EventKind, Message, RuntimeEvent, Seq, TokenCounter,
+    estimate_message_tokens, sha256_hex,
+};
+
+use crate::projection::{self, Entry};
+
+/// Smallest preview a latest result shrinks to, in bytes.
+const MIN_PREVIEW_BYTES: usize = 256;
+
+/// How a request was fitted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fitted {
+    /// The messages to send.
+    pub messages: Vec<Message>,
+    /// Their estimated size plus the fixed part (system prompt, tools), in tokens.
+    pub tokens: u64,
+    /// The estimate before pruning, when anything was pruned.
+    pub tokens_before_pruning: Option<u64>,
+    /// Results pruned to stubs or shrunk.
+    pub pruned_results: u64,
+    /// Whether the request is still over budget.
+    pub over_budget: bool,
+}
+
+/// What a request is fitted against.
+#[derive(Debug, Clone, Copy)]
+pub struct Window<'a> {
+    /// The policy (window, reserve, inline limit).
+    pub policy: &'a ContextPolicy,
+    /// The token counter.
+    pub counter: &'a dyn TokenCounter,
+    /// Tokens of the parts that do not shrink: system prompt and tool definitions.
+    pub fixed_tokens: u64,
+    /// Correction from the provider's reported usage (≥ 1.0).
+    pub scale: f64,
+}
+
+impl Window<'_> {
+    fn tokens(&self, message: &Message) -> u64 {
+        scaled(estimate_message_tokens(message, self.counter), self.scale)
+    }
+}
+
+fn scaled(tokens: u64, scale: f64) -> u64 {
+    if scale <= 1.0 {
+        return tokens;
+    }
+    // The scale is at most 4 (see the loop), so the product fits; saturate anyway.
+    let product = (tokens as f64 * scale).ceil();
+    if product >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let tokens = product as u64;
+        tokens
+    }
+}
+
+/// The index of the latest compaction whose digest still matches, and that event.
+/// `verified` caches digest checks by the compaction's seq, so each is hashed once.
+pub fn active_compaction<'e>(
+    events: &'e [RuntimeEvent],
+    verified: &mut BTreeMap<Seq, bool>,
+) -> Option<&'e RuntimeEvent> {
+    events.iter().rev().filter(|event| matches!(event.kind, EventKind::Compaction { .. })).find(
+        |event| {
+            let EventKind::Compaction { covers_from, covers_to, digest, .. } = &event.kind else {
+                return false;
+            };
+            *verified.entry(event.seq).or_insert_with(|| {
+                covered(events, *covers_from, *covers_to)
+                    .is_some_and(|slice| digest_of(slice) == *digest)
+            })
+        },
+    )
+}
+
+/// The events with seq in `from..=to`, if they are all present.
+pub(crate) fn covered(events: &[RuntimeEvent], from: Seq, to: Seq) -> Option<&[RuntimeEvent]> {
+    let start = events.iter().position(|event| event.seq == from)?;
+    let end = events.iter().position(|event| event.seq == to)?;
+    (start <= end).then(|| &events[start..=end])
+}
+
+/// SHA-256 over the events' JSON, one per line.
+pub fn digest_of(events: &[RuntimeEvent]) -> String {
+    let mut text = String::new();
+    for event in events {
+        text.push_str(&serde_json::to_string(event).unwrap_or_default());
+        text.push('\n');
+    }
+    sha256_hex(text.as_bytes())
+}
+
+/// The note that opens a compacted projection: carried context verbatim, then the summary
+/// (absent when the history was dropped without one).
+pub fn carried_note(carried: &CarriedContext, summary: Option<&str>, from: Seq, to: Seq) -> String {
+    let mut text = match summary {
+        Some(_) => format!(
+            "[keel] The earlier conversation (ledger events #{from}–#{to}) was compacted to fit the \
+             context window. Carried forward verbatim:\n"
+        ),
+        None => format!(
+            "[keel] The earlier conversation (ledger events #{from}–#{to}) was dropped to fit the \
+             context window; no summary could be made. Carried forward verbatim:\n"
+        ),
+    };
+    text.push_str("\n## The user's task and instructions, in order\n");
+    for (index, input) in carried.inputs.iter().enumerate() {
+        text.push_str(&format!("{}. {}\n", index + 1, input));
+    }
+    if let Some(plan) = &carried.plan {
+        text.push_str(&format!("\n## Your latest plan / todo list\n{plan}\n"));
+    }
+    if !carried.files.is_empty() {
+        text.push_str("\n## Files touched so far\n");
+        for file in &carried.files {
+            text.push_str(&format!("- {file}\n"));
+        }
+    }
+    if let Some(summary) = summary {
+        text.push_str(&format!("\n## Summary of the earlier conversation\n{summary}\n"));
+    }
+    text
+}
+
+/// Extends `carried` with what `events` add: user inputs, the latest plan, files named.
+pub fn carry(mut carried: CarriedContext, events: &[RuntimeEvent]) -> CarriedContext {
+    for event in events {
+        match &event.kind {
+            EventKind::TurnStarted { input } => carried.inputs.push(input.clone()),
+            EventKind::ModelResponse { tool_calls, .. } => {
+                for call in tool_calls {
+                    if matches!(call.name.as_str(), "todo" | "plan") {
+                        carried.plan = call.arguments.get("items").cloned();
+                    }
+                    if let Some(path) = call.arguments.get("path").and_then(|p| p.as_str())
+                        && !carried.files.iter().any(|file| file == path)
+                    {
+                        carried.files.push(path.to_owned());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    carried
+}
+
+/// The projection's entries: after the active compaction (opened by its note), or all.
+pub fn retained_entries(
+    events: &[RuntimeEvent],
+    inline_limit: usize,
+    verified: &mut BTreeMap<Seq, bool>,
+) -> Vec<Entry> {
+    match active_compaction(events, verified) {
+        Some(compaction) => {
+            let EventKind::Compaction { covers_from, covers_to, summary, carried, .. } =
+                &compaction.kind
+            else {
+                unreachable!("active_compaction returns compaction events")
+            };
+            let start =
+                events.iter().position(|event| event.seq > *covers_to).unwrap_or(events.len());
+            let note = carried_note(carried, Some(summary), *covers_from, *covers_to);
+            let mut entries = vec![Entry {
+                message: Message::User { text: note },
+                seq: *covers_to,
+                full_bytes: 0,
+            }];
+            let rest = projection::entries(&events[start..], Some(inline_limit));
+            // A rest that starts with user input merges into the note, so roles alternate.
+            for entry in rest {
+                let merge = entries.len() == 1;
+                match (entries.last_mut().map(|e| &mut e.message), &entry.message) {
+                    (Some(Message::User { text }), Message::User { text: more }) if merge => {
+                        text.push_str("\n\n");
+                        text.push_str(more);
+                    }
+                    _ => entries.push(entry),
+                }
+            }
+            entries
+        }
+        None => projection::entries(events, Some(inline_limit)),
+    }
+}
+
+/// Fits `entries` into the window: prunes old results to stubs, oldest first, then shrinks
+/// the latest results' previews. Never splits a call from its result.
+pub fn fit(entries: Vec<Entry>, window: &Window<'_>) -> Fitted {
+    let (entries, fitted) = prune(entries, window);
+    Fitted { messages: entries.into_iter().map(|entry| entry.message).collect(), ..fitted }
+}
+
+/// [`fit`], keeping the entries (with their seqs); the returned `Fitted` has no messages.
+pub fn prune(mut entries: Vec<Entry>, window: &Window<'_>) -> (Vec<Entry>, Fitted) {
+    let mut sizes: Vec<u64> = entries.iter().map(|entry| window.tokens(&entry.message)).collect();
+    let total = |sizes: &[u64]| window.fixed_tokens + sizes.iter().sum::<u64>();
+    let mut tokens = total(&sizes);
+    let Some(budget) = window.policy.budget() else {
+        let fitted = Fitted {
+            messages: Vec::new(),
+            tokens,
+            tokens_before_pruning: None,
+            pruned_results: 0,
+            over_budget: false,
+        };
+        return (entries, fitted);
+    };
+    let before = tokens;
+    let mut pruned = 0;
+    // The latest results (after the last assistant message) are what the model needs now.
+    let latest_start = entries
+        .iter()
+        .rposition(|entry| matches!(entry.message, Message::Assistant { .. }))
+        .map_or(entries.len(), |index| index + 1);
+    for index in 0..latest_start {
+        if tokens <= budget {
+            break;
+        }
+        let Entry {
+            message: Message::ToolResult { call_id, outcome, content, .. },
+            full_bytes,
+            ..
+        } = &mut entries[index]
+        else {
+            continue;
+        };
+        let replacement = projection::stub(*full_bytes, *outcome, call_id);
+        if replacement.len() < content.len() {
+            *content = replacement;
+            pruned += 1;
+            let size = window.tokens(&entries[index].message);
+            tokens = tokens - sizes[index] + size;
+            sizes[index] = size;
+        }
+    }
+    // Then shrink the latest results' previews, halving until they fit or reach the floor.
+    let mut limit = window.policy.inline_limit_bytes / 2;
+    while tokens > budget && limit >= MIN_PREVIEW_BYTES {
+        for index in latest_start..entries.len() {
+            let Entry { message: Message::ToolResult { call_id, content, .. }, .. } =
+                &mut entries[index]
+            else {
+                continue;
+            };
+            if content.len() > limit + 400 {
+                let shrunk = projection::preview(content, call_id, limit);
+                if shrunk.len() < content.len() {
+                    *content = shrunk;
+                    pruned += 1;
+                    let size = window.tokens(&entries[index].message);
+                    tokens = tokens - sizes[index] + size;
+                    sizes[index] = size;
+                }
+            }
+        }
+        limit /= 2;
+    }
+    let fitted = Fitted {
+        messages: Vec::new(),
+        tokens,
+        tokens_before_pruning: (pruned > 0).then_some(before),
+        pruned_results: pruned,
+        over_budget: tokens > budget,
+    };
+    (entries, fitted)
+}
+
+/// The index of the first entry to keep when the oldest exchanges are dropped so the rest
+/// fits in `room` tokens: always at an assistant message (so no result loses its call),
+/// or `entries.len()` when not even the latest exchange fits.
+pub fn cut_for(entries: &[Entry], window: &Window<'_>, room: u64) -> usize {
+    cut_within(entries, window, room)
+}
+
+fn cut_within(entries: &[Entry], window: &Window<'_>, room: u64) -> usize {
+    let mut used = 0;
+    let mut cut = entries.len();
+    for index in (0..entries.len()).rev() {
+        used += window.tokens(&entries[index].message);
+        if used > room {
+            break;
+        }
+        if matches!(entries[index].message, Message::Assistant { .. }) {
+            cut = index;
+        }
+    }
+    cut
+}

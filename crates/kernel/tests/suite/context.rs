@@ -1,0 +1,412 @@
+//! Context is not history: previews with handles, pruning, compaction that keeps the task,
+//! and the pairing invariant on every request.
+
+use std::sync::Arc;
+
+use keel_contracts::{
+    ApproxCounter, ContextPolicy, EventKind, Message, ModelRequest, Outcome, RequestPurpose,
+    estimate_request_tokens,
+};
+use keel_kernel::{Cancellation, TurnOutcome, projection};
+
+use super::support::{Emit, Harness};
+
+const TASK: &str =
+    "Refactor the parser. Constraint: never touch tests/fixtures. Constraint: keep the public API.";
+
+fn emit_script(steps: usize, bytes: impl Fn(usize) -> usize) -> String {
+    let mut json = String::from(r#"{"steps":["#);
+    for step in 0..steps {
+        json.push_str(&format!(
+            r#"{{"text":"step {step}","tool_calls":[{{"name":"emit","arguments":{{"bytes":{}}}}}]}},"#,
+            bytes(step)
+        ));
+    }
+    json.push_str(r#"{"text":"done"}], "compaction": "Summary: emitted many results; nothing else happened."}"#);
+    json
+}
+
+fn check_requests(requests: &[ModelRequest], budget: u64) {
+    for (index, request) in requests.iter().enumerate() {
+        projection::check_pairing(&request.messages)
+            .unwrap_or_else(|error| panic!("request {index}: {error}"));
+        if request.purpose == RequestPurpose::Conversation {
+            let tokens = estimate_request_tokens(request, &ApproxCounter);
+            assert!(
+                tokens <= budget,
+                "request {index}: {tokens} tokens over the budget of {budget}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn large_results_are_previews_with_a_handle_and_read_tool_result_pages_them() {
+    let mut harness = Harness::new();
+    harness.extra_tools.push(Emit::tool());
+    let script = r#"{"steps":[
+        {"tool_calls":[{"name":"emit","arguments":{"bytes":100000}}]},
+        {"tool_calls":[{"name":"read_tool_result","arguments":{"handle":"call_1_1","offset":50000,"limit":26}}],
+         "expect":{"contains":["This result is 100000 bytes","read_tool_result"]}},
+        {"text":"seen","expect":{"last_outcomes":["ok"],"contains":"[bytes 50000..50026 of 100000."}}
+    ]}"#;
+    let (kernel, requests) = harness.recording_kernel(script);
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, "t", &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert_eq!(
+        report.outcome,
+        TurnOutcome::Completed { text: "seen".into() },
+        "{}",
+        harness.render(session).await
+    );
+    // The ledger keeps the whole result; the request carried a preview.
+    let events = harness.events(session).await;
+    let full = events.iter().find_map(|e| match &e.kind {
+        EventKind::ToolResult { content, .. } => Some(content.len()),
+        _ => None,
+    });
+    assert_eq!(full, Some(100_000));
+    let requests = requests.lock().unwrap();
+    let Message::ToolResult { content, .. } = &requests[1].messages[2] else { panic!() };
+    assert!(content.len() < 20_000, "{} bytes sent", content.len());
+    let expected = &Emit::content(100_000)[50_000..50_026];
+    let Message::ToolResult { content, .. } = &requests[2].messages[4] else { panic!() };
+    assert!(content.ends_with(expected), "{content}");
+}
+
+#[tokio::test]
+async fn a_long_session_in_a_small_window_stays_in_budget_and_keeps_the_task() {
+    let mut harness = Harness::new();
+    harness.extra_tools.push(Emit::tool());
+    harness.context = ContextPolicy::for_window(Some(6000));
+    let budget = harness.context.budget().unwrap();
+    let sizes = [1usize, 100, 3_000, 40_000, 10, 700_000, 12_000, 5];
+    let script = emit_script(120, |step| sizes[step % sizes.len()]);
+    let (kernel, requests) = harness.recording_kernel(&script);
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, TASK, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() });
+    let requests = requests.lock().unwrap().clone();
+    check_requests(&requests, budget);
+    let last = requests.iter().rev().find(|r| r.purpose == RequestPurpose::Conversation).unwrap();
+    let text = serde_json::to_string(&last.messages).unwrap();
+    assert!(text.contains("Refactor the parser."), "the task was lost");
+    assert!(text.contains("Constraint: never touch tests/fixtures."));
+    assert!(text.contains("Constraint: keep the public API."));
+    let events = harness.events(session).await;
+    let compactions =
+        events.iter().filter(|e| matches!(e.kind, EventKind::Compaction { .. })).count();
+    assert!(compactions >= 1, "no compaction in 120 steps");
+    let pruned = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::ModelRequested { pruned_results, .. } if pruned_results > 0))
+        .count();
+    assert!(pruned >= 1, "nothing was pruned");
+    // Every tool result is still whole in the ledger.
+    let biggest = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolResult { content, .. } => Some(content.len()),
+            _ => None,
+        })
+        .max();
+    assert_eq!(biggest, Some(700_000));
+}
+
+/// A model that answers conversation requests from a script but fails every summary.
+#[derive(Debug)]
+struct NoSummaries(keel_providers::ScriptedModel);
+
+#[async_trait::async_trait]
+impl keel_contracts::ModelClient for NoSummaries {
+    fn info(&self) -> keel_contracts::ModelInfo {
+        self.0.info()
+    }
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        on_delta: &(dyn Fn(keel_contracts::StreamDelta) + Send + Sync),
+    ) -> Result<keel_contracts::ModelResponse, keel_contracts::ModelError> {
+        if request.purpose == RequestPurpose::Compaction {
+            return Err(keel_contracts::ModelError::new(
+                keel_contracts::ModelErrorKind::Overloaded,
+                Some(529),
+                "overloaded",
+            ));
+        }
+        self.0.complete(request, on_delta).await
+    }
+}
+
+#[tokio::test]
+async fn a_failed_summary_is_not_compaction_and_the_fallback_keeps_the_task() {
+    let mut harness = Harness::new();
+    harness.extra_tools.push(Emit::tool());
+    harness.context = ContextPolicy::for_window(Some(5000));
+    let budget = harness.context.budget().unwrap();
+    let script = emit_script(150, |_| 6_000);
+    let model = NoSummaries(keel_providers::ScriptedModel::new(
+        serde_json::from_str(&script).unwrap(),
+        "s",
+    ));
+    let requests = Arc::default();
+    let recording =
+        super::support::Recording { inner: Arc::new(model), requests: Arc::clone(&requests) };
+    let kernel = harness.kernel_with(Arc::new(recording));
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, TASK, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() });
+    let events = harness.events(session).await;
+    assert!(
+        events.iter().any(|e| matches!(&e.kind, EventKind::CompactionFailed { attempts: 2, .. }))
+    );
+    assert!(
+        !events.iter().any(|e| matches!(e.kind, EventKind::Compaction { .. })),
+        "never an invented summary"
+    );
+    let requests = requests.lock().unwrap();
+    check_requests(&requests, budget);
+    let last = requests.iter().rev().find(|r| r.purpose == RequestPurpose::Conversation).unwrap();
+    let text = serde_json::to_string(&last.messages).unwrap();
+    assert!(text.contains("was dropped to fit the context window; no summary could be made"));
+    assert!(text.contains("Constraint: keep the public API."));
+    // Summary attempts are bounded: 2 per compaction try, never a loop.
+    let summary_requests =
+        requests.iter().filter(|r| r.purpose == RequestPurpose::Compaction).count();
+    let failures =
+        events.iter().filter(|e| matches!(e.kind, EventKind::CompactionFailed { .. })).count();
+    assert_eq!(summary_requests, failures * 2);
+}
+
+#[test]
+fn b04_rejections_and_errors_are_results_and_pairs_stay_whole() {
+    // ../shared/cases/bugs/B04: a refused call and an errored call, then more input.
+    use keel_contracts::{RuntimeEvent, Seq, SessionId, ToolCall, ToolCallId};
+    let session = SessionId(uuid_nil());
+    let event = |seq: u64, kind: EventKind| RuntimeEvent {
+        seq: Seq(seq),
+        session_id: session,
+        turn_id: None,
+        run_id: None,
+        ts: chrono_epoch(),
+        kind,
+    };
+    let call = |id: &str, command: &str| ToolCall {
+        call_id: ToolCallId(id.into()),
+        name: "bash".into(),
+        arguments: serde_json::json!({"command": command}),
+        arguments_error: None,
+    };
+    let response = |calls: Vec<ToolCall>, text: &str| EventKind::ModelResponse {
+        text: text.into(),
+        reasoning: Vec::new(),
+        tool_calls: calls,
+        usage: Default::default(),
+        finish_reason: keel_contracts::FinishReason::ToolCalls,
+        cost_usd: None,
+    };
+    let result = |id: &str, outcome: Outcome, content: &str| EventKind::ToolResult {
+        call_id: ToolCallId(id.into()),
+        attempt_id: None,
+        tool: "bash".into(),
+        outcome,
+        content: content.into(),
+        bytes: content.len() as u64,
+    };
+    let events = vec![
+        event(1, EventKind::TurnStarted { input: "Clean the build directory.".into() }),
+        event(2, response(vec![call("call_1", "rm -rf build")], "")),
+        event(3, result("call_1", Outcome::Refused, "User declined.")),
+        event(
+            4,
+            response(
+                vec![call("call_2", "ls build")],
+                "Understood, I will not delete it. Should I list it instead?",
+            ),
+        ),
+        event(
+            5,
+            result(
+                "call_2",
+                Outcome::Error,
+                "ls: cannot access 'build': No such file or directory",
+            ),
+        ),
+        event(6, EventKind::TurnStarted { input: "ok, continue".into() }),
+    ];
+    let full = projection::messages(&events);
+    projection::check_pairing(&full).unwrap();
+    assert_eq!(full.len(), 6, "{full:#?}");
+    // Every window from tiny to roomy: pairs are kept or dropped whole.
+    for window in (40..400).step_by(7) {
+        let policy =
+            ContextPolicy { window: Some(window), reserve: 0, inline_limit_bytes: 16 * 1024 };
+        let window_ = keel_kernel::context::Window {
+            policy: &policy,
+            counter: &ApproxCounter,
+            fixed_tokens: 0,
+            scale: 1.0,
+        };
+        let fitted = keel_kernel::compaction::drop_oldest(&events, &window_);
+        projection::check_pairing(&fitted.messages)
+            .unwrap_or_else(|e| panic!("window {window}: {e}"));
+        let ids: Vec<&str> = fitted
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::ToolResult { call_id, .. } => Some(call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let calls: Vec<&str> = fitted
+            .messages
+            .iter()
+            .flat_map(|m| match m {
+                Message::Assistant { tool_calls, .. } => {
+                    tool_calls.iter().map(|c| c.call_id.as_str()).collect()
+                }
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(ids, calls, "window {window}");
+    }
+}
+
+fn uuid_nil() -> uuid::Uuid {
+    uuid::Uuid::nil()
+}
+
+fn chrono_epoch() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(0, 0).unwrap()
+}
+
+mod properties {
+    use keel_contracts::{
+        ApproxCounter, ContextPolicy, EventKind, FinishReason, Outcome, RuntimeEvent, Seq,
+        SessionId, ToolCall, ToolCallId, estimate_messages_tokens,
+    };
+    use keel_kernel::context::{self, Window};
+    use keel_kernel::projection;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Input(usize),
+        Answer(usize),
+        Calls(Vec<(usize, u8)>),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (1usize..400).prop_map(Step::Input),
+            (0usize..400).prop_map(Step::Answer),
+            proptest::collection::vec((0usize..60_000, 0u8..4), 1..4).prop_map(Step::Calls),
+        ]
+    }
+
+    fn history(steps: &[Step]) -> Vec<RuntimeEvent> {
+        let mut events = Vec::new();
+        let mut push = |kind: EventKind| {
+            let seq = Seq(events.len() as u64 + 1);
+            events.push(RuntimeEvent {
+                seq,
+                session_id: SessionId(uuid::Uuid::nil()),
+                turn_id: None,
+                run_id: None,
+                ts: chrono::DateTime::from_timestamp(0, 0).unwrap(),
+                kind,
+            });
+        };
+        push(EventKind::TurnStarted { input: "the original task: keep it".into() });
+        let mut next_call = 0;
+        for step in steps {
+            match step {
+                Step::Input(n) => push(EventKind::TurnStarted { input: "u".repeat(*n) }),
+                Step::Answer(n) => push(EventKind::ModelResponse {
+                    text: "a".repeat(*n),
+                    reasoning: Vec::new(),
+                    tool_calls: Vec::new(),
+                    usage: Default::default(),
+                    finish_reason: FinishReason::Stop,
+                    cost_usd: None,
+                }),
+                Step::Calls(calls) => {
+                    let ids: Vec<String> = calls
+                        .iter()
+                        .map(|_| {
+                            next_call += 1;
+                            format!("c{next_call}")
+                        })
+                        .collect();
+                    push(EventKind::ModelResponse {
+                        text: String::new(),
+                        reasoning: Vec::new(),
+                        tool_calls: ids
+                            .iter()
+                            .map(|id| ToolCall {
+                                call_id: ToolCallId(id.clone()),
+                                name: "read_file".into(),
+                                arguments: serde_json::json!({"path": format!("{id}.rs")}),
+                                arguments_error: None,
+                            })
+                            .collect(),
+                        usage: Default::default(),
+                        finish_reason: FinishReason::ToolCalls,
+                        cost_usd: None,
+                    });
+                    for (id, (bytes, outcome)) in ids.iter().zip(calls) {
+                        // Some calls never get a result (a crash): the projection answers them.
+                        if *outcome == 3 && *bytes % 2 == 0 {
+                            continue;
+                        }
+                        let outcome =
+                            [Outcome::Ok, Outcome::Error, Outcome::Refused, Outcome::Cancelled]
+                                [*outcome as usize];
+                        push(EventKind::ToolResult {
+                            call_id: ToolCallId(id.clone()),
+                            attempt_id: None,
+                            tool: "read_file".into(),
+                            outcome,
+                            content: "r".repeat(*bytes),
+                            bytes: *bytes as u64,
+                        });
+                    }
+                }
+            }
+        }
+        events
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+        /// Pruning and the drop-oldest fallback never produce orphans or unanswered calls,
+        /// and never exceed the budget when they say they fit.
+        #[test]
+        fn pruning_and_dropping_keep_pairs_and_the_budget(
+            steps in proptest::collection::vec(step(), 0..40),
+            window in 800u64..20_000,
+        ) {
+            let events = history(&steps);
+            let policy = ContextPolicy::for_window(Some(window));
+            let budget = policy.budget().unwrap();
+            let window = Window { policy: &policy, counter: &ApproxCounter, fixed_tokens: 300, scale: 1.0 };
+            let mut verified = Default::default();
+            let entries = context::retained_entries(&events, policy.inline_limit_bytes, &mut verified);
+            for fitted in [context::fit(entries, &window), keel_kernel::compaction::drop_oldest(&events, &window)] {
+                prop_assert!(projection::check_pairing(&fitted.messages).is_ok(), "{:?}", projection::check_pairing(&fitted.messages));
+                let recount = 300 + estimate_messages_tokens(&fitted.messages, &ApproxCounter);
+                prop_assert_eq!(recount, fitted.tokens);
+                if !fitted.over_budget {
+                    prop_assert!(fitted.tokens <= budget);
+                }
+            }
+            let dropped = keel_kernel::compaction::drop_oldest(&events, &window);
+            let text = serde_json::to_string(&dropped.messages).unwrap();
+            prop_assert!(text.contains("the original task: keep it"));
+        }
+    }
+}
