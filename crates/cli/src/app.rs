@@ -16,8 +16,9 @@ use keel_kernel::{
 };
 use keel_store::SqliteStore;
 
-use crate::args::{ApprovalArg, Cli, Command, ModeArg, RunOptions, SandboxArg};
+use crate::args::{ApprovalArg, Cli, Command, McpCommand, ModeArg, RunOptions, SandboxArg};
 use crate::config::{self, ConfigFile};
+use crate::mcp;
 use crate::output::{self, Printer};
 use crate::permission::TerminalPrompt;
 use crate::pricing::PriceTable;
@@ -54,6 +55,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Sessions { json, tree } => sessions(json, tree).await,
         Command::Log { session, json } => log(&session, json).await,
         Command::Stop { session } => stop(&session).await,
+        Command::Mcp { command: McpCommand::List { workspace } } => {
+            mcp::list(workspace.as_deref()).await
+        }
     }
 }
 
@@ -65,7 +69,7 @@ fn open_store() -> anyhow::Result<(PathBuf, Arc<SqliteStore>)> {
     Ok((home, Arc::new(store)))
 }
 
-fn usage(message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(message.into()))
 }
 
@@ -262,7 +266,7 @@ fn workspace_instructions(workspace: &Path) -> anyhow::Result<Vec<Instruction>> 
     Ok(vec![Instruction { source: "AGENTS.md".into(), text }])
 }
 
-fn canonical_workspace(dir: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub(crate) fn canonical_workspace(dir: Option<&Path>) -> anyhow::Result<PathBuf> {
     let dir = match dir {
         Some(dir) => dir.to_path_buf(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -280,13 +284,14 @@ fn build_kernel(
     store: Arc<SqliteStore>,
     resolved: &Resolved,
     json: bool,
+    mcp: &mcp::Started,
 ) -> anyhow::Result<Kernel> {
     let model =
         model_client(&resolved.model_spec, resolved.base_url.as_deref(), resolved.context_window)?;
     let deps = KernelDeps {
         store,
         model,
-        tools: keel_tools::builtin_tools(),
+        tools: keel_tools::builtin_tools().into_iter().chain(mcp.tools()).collect(),
         clock: Arc::new(SystemClock),
         ids: Arc::new(UuidV7Ids),
         permissions: resolved.permissions.clone(),
@@ -365,9 +370,11 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let workspace = canonical_workspace(options.workspace.as_deref())?;
     let (home, store) = open_store()?;
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
-    let resolved = resolve(&options, &config, &PriceTable::load(&home)?, &workspace, None)?;
+    let mut resolved = resolve(&options, &config, &PriceTable::load(&home)?, &workspace, None)?;
     let task = read_task(task)?;
-    let kernel = build_kernel(store, &resolved, options.json)?;
+    let mcp = mcp::start(&config, &home, &workspace, true).await?;
+    resolved.run.instructions.splice(0..0, mcp.policy_instruction());
+    let kernel = build_kernel(store, &resolved, options.json, &mcp)?;
     let session_id = kernel
         .create_session(&SessionConfig {
             workspace: workspace.clone(),
@@ -408,8 +415,11 @@ async fn resume(session: &str, task: Option<String>, options: RunOptions) -> any
         ));
     }
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
-    let resolved = resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model))?;
-    let kernel = build_kernel(store, &resolved, options.json)?;
+    let mut resolved =
+        resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model))?;
+    let mcp = mcp::start(&config, &home, &workspace, true).await?;
+    resolved.run.instructions.splice(0..0, mcp.policy_instruction());
+    let kernel = build_kernel(store, &resolved, options.json, &mcp)?;
     let cancel = cancel_on_ctrl_c();
     let report = match task {
         Some(task) if !task.trim().is_empty() => {

@@ -52,6 +52,21 @@ pub(crate) enum Command {
         /// Session id or unique prefix.
         session: String,
     },
+    /// MCP servers from config.toml.
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum McpCommand {
+    /// Start the configured MCP servers; print each one's state, tools and declared access.
+    List {
+        /// Workspace whose .keel/config.toml is merged (default: the current directory).
+        #[arg(short = 'C', long = "workspace", value_name = "DIR")]
+        workspace: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

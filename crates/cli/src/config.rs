@@ -6,7 +6,13 @@
 //! `max_time`), `mode`, the `[envelope]` keys and
 //! `permissions.deny` rules, but never `sandbox`, `approval` or `permissions.allow` (those
 //! are the user's, from the user file or a flag).
+//!
+//! `[mcp_servers.NAME]` tables come from both files: a workspace file may add servers (not
+//! redefine the user's), but never mark one `trusted` or declare a tool `access = "read"`,
+//! so every tool of a workspace-defined server still asks for consent. FIXME(#8): a
+//! workspace-defined stdio server is still *started* (outside the sandbox) without asking.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -31,6 +37,9 @@ pub(crate) struct ConfigFile {
     pub(crate) envelope: EnvelopeConfig,
     #[serde(default)]
     pub(crate) permissions: PermissionsConfig,
+    /// `[mcp_servers.NAME]`: MCP servers whose tools join the built-in ones.
+    #[serde(default)]
+    pub(crate) mcp_servers: BTreeMap<String, keel_mcp::McpServerConfig>,
 }
 
 /// `[permissions]`: rules such as `bash(git status*)` that pre-answer consent.
@@ -111,6 +120,26 @@ pub(crate) fn load_merged(keel_home: &Path, workspace: &Path) -> anyhow::Result<
             keel_home.join("config.toml").display()
         );
     }
+    let mut mcp_servers = user.mcp_servers;
+    for (name, server) in local.mcp_servers {
+        if mcp_servers.contains_key(&name) {
+            bail!(
+                "{} redefines MCP server '{name}' from {}: a workspace config may add servers, \
+                 not replace the user's",
+                workspace_path.display(),
+                keel_home.join("config.toml").display()
+            );
+        }
+        if server.relaxes_consent() {
+            bail!(
+                "{} marks MCP server '{name}' `trusted` or declares one of its tools \
+                 `access = \"read\"`: a workspace config cannot skip consent; declare it in {}",
+                workspace_path.display(),
+                keel_home.join("config.toml").display()
+            );
+        }
+        mcp_servers.insert(name, server);
+    }
     Ok(ConfigFile {
         model: local.model.or(user.model),
         base_url: local.base_url.or(user.base_url),
@@ -136,5 +165,6 @@ pub(crate) fn load_merged(keel_home: &Path, workspace: &Path) -> anyhow::Result<
             allow: user.permissions.allow,
             deny: user.permissions.deny.into_iter().chain(local.permissions.deny).collect(),
         },
+        mcp_servers,
     })
 }

@@ -1,4 +1,5 @@
 mod cli_surface;
 mod example;
+mod mcp_e2e;
 mod openai_e2e;
 mod support;
