@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
-use rmcp::service::RunningService;
+use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{Peer, RoleClient, ServiceExt};
 
@@ -35,8 +35,8 @@ impl Connection {
         log: Option<&Arc<ServerLog>>,
     ) -> Result<Connection, ConnectError> {
         let tail = || log.map(|log| log.tail()).unwrap_or_default();
-        let initialize_error = |error: &dyn std::fmt::Display| ConnectError::Initialize {
-            message: error.to_string(),
+        let initialize_error = |error: &ClientInitializeError| ConnectError::Initialize {
+            message: describe(error),
             stderr_tail: tail(),
         };
         match &spec.transport {
@@ -94,6 +94,27 @@ impl Connection {
             Some(child) => child.exit_status_within(EXIT_STATUS_WAIT).await,
             None => None,
         }
+    }
+}
+
+/// A handshake error for humans: a transport failure as `what was being done: cause: ...`
+/// (rmcp's own text names Rust types).
+fn describe(error: &ClientInitializeError) -> String {
+    match error {
+        ClientInitializeError::TransportError { error, context } => {
+            let mut message = context.to_string();
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error.error.as_ref());
+            while let Some(current) = cause {
+                let text = current.to_string();
+                if !message.ends_with(&text) {
+                    message.push_str(": ");
+                    message.push_str(&text);
+                }
+                cause = current.source();
+            }
+            message
+        }
+        other => other.to_string(),
     }
 }
 
