@@ -1,11 +1,11 @@
-//! Tool-call arguments between the wire and [`ToolCall`]: streamed JSON text becomes a
+//! Tool-call arguments between the wire and [`ToolCall`](keel_contracts::ToolCall): streamed JSON text becomes a
 //! value (or a kept error), and a call's arguments become text again for replay.
 //!
 //! Invariant: a call is never dropped. Arguments that are empty become `{}`; arguments that
-//! do not parse are kept as the raw text (a JSON string) with [`ToolCall::arguments_error`]
+//! do not parse are kept as the raw text (a JSON string) with `ToolCall::arguments_error`
 //! set, so the kernel answers the call as malformed and never executes it.
 
-use keel_contracts::{ToolCall, ToolCallId};
+use keel_contracts::ToolCallId;
 use serde_json::Value;
 
 /// Parses the streamed argument text of a call: `(arguments, arguments_error)`.
@@ -21,8 +21,9 @@ pub(crate) fn parse(raw: String) -> (Value, Option<String>) {
 
 /// The argument text to send back for `tool_call`: a call whose arguments did not parse
 /// keeps the model's raw text as a JSON string, which is sent as the model wrote it rather
-/// than as a quoted copy of it.
-pub(crate) fn text(tool_call: &ToolCall) -> String {
+/// than as a quoted copy of it. (Anthropic wants an object instead; see its wire module.)
+#[cfg(feature = "openai")]
+pub(crate) fn text(tool_call: &keel_contracts::ToolCall) -> String {
     match (&tool_call.arguments_error, &tool_call.arguments) {
         (Some(_), Value::String(raw)) => raw.clone(),
         (_, arguments) => arguments.to_string(),
@@ -36,6 +37,7 @@ pub(crate) fn mint_call_id() -> ToolCallId {
 
 #[cfg(test)]
 mod tests {
+    use keel_contracts::ToolCall;
     use serde_json::json;
 
     use super::*;
@@ -53,6 +55,7 @@ mod tests {
         assert!(error.unwrap().starts_with("arguments are not valid JSON"));
     }
 
+    #[cfg(feature = "openai")]
     #[test]
     fn text_round_trips_raw_arguments() {
         let (arguments, arguments_error) = parse("{\"a\": ".to_owned());

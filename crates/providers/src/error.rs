@@ -1,8 +1,7 @@
 //! Why a network client could not be built. Failures of a model request are
 //! [`ModelError`](keel_contracts::ModelError)s, mapped in `failure.rs`.
 
-/// Why a network client (such as [`OpenAiChat`](crate::OpenAiChat))
-/// could not be built from its configuration.
+/// Why a network client could not be built from its configuration.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {

@@ -85,7 +85,7 @@ impl Jitter {
     }
 
     /// A generator seeded from the random bits of a fresh UUIDv7.
-    #[cfg_attr(not(feature = "openai"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
     pub(crate) fn from_entropy() -> Self {
         let bits = uuid::Uuid::now_v7().as_u128();
         // The low 62 bits of a v7 UUID are random; fold in the rest for good measure.
@@ -125,7 +125,7 @@ impl Jitter {
 /// # Cancel safety
 ///
 /// Dropping the future drops the running attempt or the pending sleep; nothing is recorded.
-#[cfg_attr(not(feature = "openai"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 pub(crate) async fn with_retries<T, F, Fut>(
     policy: &RetryPolicy,
     jitter: &mut Jitter,

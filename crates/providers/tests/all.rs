@@ -8,15 +8,24 @@
 )]
 
 mod suite {
-    // Every suite so far replays HTTP traffic through `OpenAiChat`.
-    #[cfg(feature = "openai")]
+    // The suites replay HTTP traffic through the network clients; the shared harness
+    // builds clients of both features, so the suites need both.
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
+    mod anthropic_recordings;
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
+    mod anthropic_request_shape;
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
+    mod anthropic_retries;
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod harness;
-    #[cfg(feature = "openai")]
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod recordings;
-    #[cfg(feature = "openai")]
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod request_shape;
-    #[cfg(feature = "openai")]
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
+    mod responses;
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod retries;
-    #[cfg(feature = "openai")]
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod tool_call_bugs;
 }

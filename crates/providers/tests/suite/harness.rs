@@ -9,15 +9,16 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
-use axum::routing::post;
 use futures::StreamExt;
 use keel_contracts::{
     FinishReason, Message, ModelClient, ModelError, ModelErrorKind, ModelRequest, ModelResponse,
     StreamDelta, ToolDefinition,
 };
-use keel_providers::{OpenAiChat, OpenAiConfig, RetryPolicy};
+use keel_providers::{
+    AnthropicConfig, AnthropicMessages, OpenAiChat, OpenAiConfig, OpenAiResponses, RetryPolicy,
+};
 use serde_json::Value;
 
 /// The API key every test client sends unless a test sets another.
@@ -139,9 +140,18 @@ impl Reply {
 /// What the server received for one request.
 #[derive(Debug, Clone)]
 pub(crate) struct Received {
+    pub(crate) path: String,
     pub(crate) body: Value,
     pub(crate) authorization: Option<String>,
     pub(crate) accept: Option<String>,
+    pub(crate) headers: HeaderMap,
+}
+
+impl Received {
+    /// A header's value, when sent.
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|value| value.to_str().unwrap())
+    }
 }
 
 #[derive(Debug)]
@@ -150,11 +160,14 @@ struct ServerState {
     received: Mutex<Vec<Received>>,
 }
 
-/// A server on 127.0.0.1 that answers the n-th request with the n-th reply (the last
-/// reply repeats).
+/// A server on 127.0.0.1 that answers the n-th POST, whatever its path, with the n-th
+/// reply (the last reply repeats).
 #[derive(Debug)]
 pub(crate) struct MockServer {
+    /// `http://127.0.0.1:PORT/v1`, the OpenAI-style base URL.
     pub(crate) base_url: String,
+    /// `http://127.0.0.1:PORT`, the Anthropic-style base URL.
+    pub(crate) root_url: String,
     state: Arc<ServerState>,
 }
 
@@ -162,13 +175,15 @@ impl MockServer {
     pub(crate) async fn start(replies: Vec<Reply>) -> MockServer {
         assert!(!replies.is_empty());
         let state = Arc::new(ServerState { replies, received: Mutex::new(Vec::new()) });
-        let router = Router::new()
-            .route("/v1/chat/completions", post(handle))
-            .with_state(Arc::clone(&state));
+        let router = Router::new().fallback(handle).with_state(Arc::clone(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-        MockServer { base_url: format!("http://{address}/v1"), state }
+        MockServer {
+            base_url: format!("http://{address}/v1"),
+            root_url: format!("http://{address}"),
+            state,
+        }
     }
 
     pub(crate) fn received(&self) -> Vec<Received> {
@@ -195,20 +210,48 @@ impl MockServer {
     pub(crate) fn client(&self) -> OpenAiChat {
         OpenAiChat::new(self.config()).unwrap()
     }
+
+    /// A Responses API client with [`MockServer::config`].
+    pub(crate) fn responses_client(&self) -> OpenAiResponses {
+        OpenAiResponses::new(self.config()).unwrap()
+    }
+
+    /// An Anthropic config for this server: test key, three retries with millisecond
+    /// backoff.
+    pub(crate) fn anthropic_config(&self) -> AnthropicConfig {
+        let mut config = AnthropicConfig::new(&self.root_url, "claude-test");
+        config.api_key = Some(TEST_KEY.to_owned());
+        config.retry = self.config().retry;
+        config
+    }
+
+    pub(crate) fn anthropic_client(&self) -> AnthropicMessages {
+        AnthropicMessages::new(self.anthropic_config()).unwrap()
+    }
 }
 
 async fn handle(
     State(state): State<Arc<ServerState>>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if method != Method::POST {
+        return Response::builder()
+            .status(StatusCode::METHOD_NOT_ALLOWED)
+            .body(Body::empty())
+            .unwrap();
+    }
     let header = |name: &str| headers.get(name).map(|value| value.to_str().unwrap().to_owned());
     let n_request = {
         let mut received = state.received.lock().unwrap();
         received.push(Received {
+            path: uri.path().to_owned(),
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
             authorization: header("authorization"),
             accept: header("accept"),
+            headers: headers.clone(),
         });
         received.len() - 1
     };
@@ -274,7 +317,7 @@ pub(crate) fn simple_request() -> ModelRequest {
 
 /// Runs one request against `client`, collecting the live deltas.
 pub(crate) async fn complete(
-    client: &OpenAiChat,
+    client: &dyn ModelClient,
     request: &ModelRequest,
 ) -> (Result<ModelResponse, ModelError>, Vec<StreamDelta>) {
     let deltas = Mutex::new(Vec::new());
@@ -300,12 +343,28 @@ pub(crate) async fn replay(case: &str) -> Replay {
 
 /// Replays `case`, letting the test adjust the client's config first.
 pub(crate) async fn replay_with(case: &str, adjust: impl FnOnce(&mut OpenAiConfig)) -> Replay {
+    replay_through(case, |server| {
+        let mut config = server.config();
+        adjust(&mut config);
+        Box::new(OpenAiChat::new(config).unwrap())
+    })
+    .await
+}
+
+/// Replays an Anthropic `case` through [`AnthropicMessages`] with the default test config.
+pub(crate) async fn replay_anthropic(case: &str) -> Replay {
+    replay_through(case, |server| Box::new(server.anthropic_client())).await
+}
+
+/// Replays `case` through a fresh server and the client `build` makes for it.
+pub(crate) async fn replay_through(
+    case: &str,
+    build: impl FnOnce(&MockServer) -> Box<dyn ModelClient>,
+) -> Replay {
     let recorded = recording(case);
     let server = MockServer::start(vec![Reply::recorded(&recorded)]).await;
-    let mut config = server.config();
-    adjust(&mut config);
-    let client = OpenAiChat::new(config).unwrap();
-    let (result, deltas) = complete(&client, &simple_request()).await;
+    let client = build(&server);
+    let (result, deltas) = complete(client.as_ref(), &simple_request()).await;
     Replay { case: case.to_owned(), expected: recorded["expected"].clone(), result, deltas, server }
 }
 
