@@ -6,6 +6,7 @@ use std::fmt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use keel_contracts::SandboxMode;
@@ -14,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::capture::{CappedBuffer, CapturedText};
 use crate::error::{Result, SandboxError};
-use crate::sys;
+use crate::{managed, sys};
 
 /// Environment every command gets unless its spec overrides a variable: nothing waits for
 /// a human (editors, pagers, credential prompts, installers).
@@ -45,6 +46,8 @@ pub struct CommandSpec {
     env: BTreeMap<OsString, OsString>,
     timeout: Duration,
     output_cap_bytes: usize,
+    workspace: Option<PathBuf>,
+    landlock_abi_ceiling: Option<u8>,
 }
 
 impl CommandSpec {
@@ -59,6 +62,8 @@ impl CommandSpec {
             env: BTreeMap::new(),
             timeout,
             output_cap_bytes: DEFAULT_OUTPUT_CAP_BYTES,
+            workspace: None,
+            landlock_abi_ceiling: None,
         }
     }
 
@@ -95,6 +100,23 @@ impl CommandSpec {
         self
     }
 
+    /// Sets the workspace: the tree the command may write in managed mode (besides its
+    /// private temporary directory). Defaults to the working directory.
+    #[must_use]
+    pub fn workspace(mut self, root: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(root.into());
+        self
+    }
+
+    /// Treats the kernel as supporting at most this Landlock ABI, so managed mode refuses
+    /// when the ceiling is below what it needs. For testing the fail-closed path; it can
+    /// only make containment refuse, never weaken it.
+    #[must_use]
+    pub fn landlock_abi_ceiling(mut self, abi: u8) -> Self {
+        self.landlock_abi_ceiling = Some(abi);
+        self
+    }
+
     /// The program.
     pub fn program(&self) -> &OsStr {
         &self.program
@@ -113,6 +135,19 @@ impl CommandSpec {
     /// The timeout.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// The writable root in managed mode: the workspace, else the working directory.
+    pub fn writable_root(&self) -> &Path {
+        self.workspace.as_deref().unwrap_or(&self.cwd)
+    }
+
+    pub(crate) fn landlock_abi_ceiling_value(&self) -> Option<u8> {
+        self.landlock_abi_ceiling
+    }
+
+    pub(crate) fn env_overrides(&self) -> &BTreeMap<OsString, OsString> {
+        &self.env
     }
 }
 
@@ -176,6 +211,9 @@ pub struct CommandOutput {
     /// The last non-empty output line, from whichever stream wrote last (what a silent
     /// command was waiting on at a timeout, e.g. a prompt).
     pub last_line: Option<String>,
+    /// What managed containment repaired after the command (e.g. a planted git
+    /// `commondir` removed); empty in bypass mode.
+    pub notes: Vec<String>,
 }
 
 /// Runs a command to completion in the given boundary.
@@ -187,7 +225,7 @@ pub struct CommandOutput {
 /// # Errors
 ///
 /// - [`SandboxError::Unenforceable`] in [`SandboxMode::Managed`] when containment cannot be
-///   enforced; nothing was spawned.
+///   enforced (see [`managed_support`](crate::managed_support)); nothing ran.
 /// - [`SandboxError::BadWorkingDirectory`], [`SandboxError::Spawn`],
 ///   [`SandboxError::Wait`] when the process could not be started or awaited.
 ///
@@ -198,17 +236,15 @@ pub struct CommandOutput {
 /// Dropping the future kills the command's process group with `SIGKILL`; the direct child
 /// is reaped in the background by tokio. Output captured so far is lost.
 pub async fn run(spec: &CommandSpec, mode: SandboxMode) -> Result<CommandOutput> {
-    match mode {
-        SandboxMode::Bypass => {}
-        SandboxMode::Managed => {
-            return Err(SandboxError::Unenforceable {
-                missing: "managed containment is not implemented yet (FIXME(#4))".to_owned(),
-            });
-        }
-    }
     if !spec.cwd.is_dir() {
         return Err(SandboxError::BadWorkingDirectory { cwd: spec.cwd.clone() });
     }
+    // Declared before the process group guard, so that on every exit path (including a
+    // dropped future) the group is killed before the private temporary directory goes.
+    let prepared = match mode {
+        SandboxMode::Bypass => None,
+        SandboxMode::Managed => Some(managed::prepare(spec)?),
+    };
     let program_name = spec.program.to_string_lossy().into_owned();
 
     let mut command = tokio::process::Command::new(&spec.program);
@@ -222,13 +258,33 @@ pub async fn run(spec: &CommandSpec, mode: SandboxMode) -> Result<CommandOutput>
     for (key, value) in NON_INTERACTIVE_ENV {
         command.env(key, value);
     }
+    match &prepared {
+        None => sys::start_new_session(&mut command),
+        Some(prepared) => {
+            for key in &prepared.env_remove {
+                command.env_remove(key);
+            }
+            for (key, value) in &prepared.env_set {
+                command.env(key, value);
+            }
+            sys::start_contained_session(&mut command, Arc::clone(&prepared.plan));
+        }
+    }
     command.envs(&spec.env);
-    sys::start_new_session(&mut command);
 
     let started_at = Instant::now();
-    let mut child = command
-        .spawn()
-        .map_err(|source| SandboxError::Spawn { program: program_name.clone(), source })?;
+    let spawned = command.spawn();
+    // The hook (and with it the plan's descriptors) is not needed once the child exists.
+    drop(command);
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(source) => {
+            if let Some(refusal) = prepared.as_ref().and_then(managed::child_failure) {
+                return Err(refusal);
+            }
+            return Err(SandboxError::Spawn { program: program_name, source });
+        }
+    };
     let group = ProcessGroupGuard { pgid: child.id() };
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
@@ -289,6 +345,7 @@ pub async fn run(spec: &CommandSpec, mode: SandboxMode) -> Result<CommandOutput>
     // Leftover policy: whatever the command left running in its group dies with the call.
     group.kill();
     drop(group);
+    let notes = prepared.as_ref().map(managed::after_run).unwrap_or_default();
 
     let last_line = match last_stream {
         LastStream::Stdout => stdout_buffer.last_line(),
@@ -301,6 +358,7 @@ pub async fn run(spec: &CommandSpec, mode: SandboxMode) -> Result<CommandOutput>
         stderr: stderr_buffer.finish(),
         elapsed: started_at.elapsed(),
         last_line,
+        notes,
     })
 }
 

@@ -12,18 +12,27 @@
 //!   pipes cannot hang the call.
 //! - **Leftover policy:** when the call ends (exit, timeout or cancellation by dropping the
 //!   future), the whole process group is killed with `SIGKILL`. Background jobs do not
-//!   outlive the call. A process that deliberately leaves the group (its own `setsid`)
-//!   escapes this kill; see `SECURITY.md`.
+//!   outlive the call. In bypass mode a process that deliberately leaves the group (its
+//!   own `setsid`) escapes this kill; in managed mode leaving the group is refused.
 //! - Output is captured per stream, capped (head and tail kept, the omitted byte count
 //!   stated in the text) and converted to UTF-8 lossily.
 //!
-//! In [`SandboxMode::Managed`] the command is contained by the OS or not run at all: when
-//! containment cannot be enforced, [`run`] returns [`SandboxError::Unenforceable`] and
-//! nothing is spawned. [`SandboxMode::Bypass`] runs on the host by explicit user choice.
+//! In [`SandboxMode::Managed`] the command is contained by the OS or not run at all
+//! (module `managed`, threat model in `SECURITY.md`): Landlock confines the file system to
+//! read-only system and toolchain paths plus the writable workspace
+//! ([`CommandSpec::workspace`]) and a private temporary directory; seccomp refuses every
+//! socket and the calls that could widen the boundary; a private mount namespace keeps git
+//! hooks and config of every repository under the workspace, and `.keel/`, read-only; all
+//! capabilities are dropped and `no_new_privs` is set. Everything is prepared in the parent
+//! and applied in the child before `exec`, so no helper binary is needed. When any of it
+//! cannot be enforced, [`run`] returns [`SandboxError::Unenforceable`] and nothing runs;
+//! [`managed_support`] reports up front whether (and how far) it can be enforced.
+//! [`SandboxMode::Bypass`] runs on the host by explicit user choice.
 
 mod capture;
 mod command;
 mod error;
+mod managed;
 mod sys;
 
 pub use capture::CapturedText;
@@ -33,3 +42,4 @@ pub use command::{
 };
 pub use error::{Result, SandboxError};
 pub use keel_contracts::SandboxMode;
+pub use managed::{ManagedSupport, managed_support};

@@ -2,9 +2,12 @@
 //!
 //! The command runs as `bash -c COMMAND` in the workspace root, with stdin at end-of-file,
 //! no controlling terminal and non-interactive defaults; its process group is killed when
-//! the call ends (see keel-sandbox). A command that ran is `ok` whatever its exit status,
-//! which the result states; bad arguments, a sandbox refusal, a spawn failure or a timeout
-//! are `error`.
+//! the call ends (see keel-sandbox). In managed mode it runs contained (the workspace and a
+//! private temporary directory writable, no network, protected git and keel paths
+//! read-only), or not at all when containment cannot be enforced.
+//!
+//! A command that ran is `ok` whatever its exit status, which the result states; bad
+//! arguments, a sandbox refusal, a spawn failure or a timeout are `error`.
 
 use std::time::Duration;
 
@@ -20,8 +23,9 @@ use crate::spec::{parse_arguments, workspace, write_spec};
 pub const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(120);
 /// The largest `timeout_ms` accepted.
 pub const MAX_BASH_TIMEOUT: Duration = Duration::from_secs(600);
-/// Bytes kept per output stream (head and tail).
-const OUTPUT_CAP_BYTES: usize = 32 * 1024;
+/// Bytes kept per output stream (head and tail). Large: the kernel shows the model a
+/// preview and keeps the whole result in the ledger for `read_tool_result`.
+const OUTPUT_CAP_BYTES: usize = 8 * 1024 * 1024;
 
 /// The `bash` tool: `command`, `timeout_ms`?.
 #[derive(Debug)]
@@ -105,6 +109,7 @@ impl Tool for Bash {
             Err(output) => return output,
         };
         let spec = CommandSpec::new("bash", workspace.root(), timeout)
+            .workspace(workspace.root())
             .arg("-c")
             .arg(&arguments.command)
             .output_cap_bytes(OUTPUT_CAP_BYTES);
@@ -132,6 +137,9 @@ fn render(output: &CommandOutput) -> ToolOutput {
     }
     push_stream(&mut text, None, &output.stdout.text);
     push_stream(&mut text, Some("[stderr]"), &output.stderr.text);
+    for note in &output.notes {
+        text.push_str(&format!("[{note}]\n"));
+    }
     match output.termination {
         Termination::Exited { code } => text.push_str(&format!("[exit code {code}]")),
         Termination::Signaled { signal } => text.push_str(&format!("[killed by signal {signal}]")),

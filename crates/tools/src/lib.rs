@@ -11,7 +11,7 @@
 //!   `Outcome::Error` results the model can read.
 //! - Paths resolve against the session's workspace, and containment is decided on the
 //!   canonical (symlink-resolved) path; for a path that does not exist yet, on its nearest
-//!   existing ancestor ([`workspace`]). A path leaving the workspace is refused with
+//!   existing ancestor (module `workspace`). A path leaving the workspace is refused with
 //!   [`OUTSIDE_WORKSPACE`] in the text, in every sandbox mode.
 //! - Walkers (`list_dir`, `glob`, `grep`) never follow symbolic links, so they neither
 //!   leave the workspace through one nor loop on a link cycle.

@@ -11,6 +11,8 @@ mod suite {
     mod glob;
     mod grep;
     mod list_dir;
+    mod managed_escape;
+    mod managed_work;
     mod read_file;
     mod specs;
     mod support;

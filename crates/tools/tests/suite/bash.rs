@@ -1,4 +1,4 @@
-//! `bash`: outcomes, exit status, timeout, caps, non-UTF-8, sandbox refusal.
+//! `bash`: outcomes, exit status, timeout, caps, non-UTF-8, managed mode.
 
 use std::time::{Duration, Instant};
 
@@ -57,13 +57,18 @@ async fn timeout_is_an_error_and_kills_the_group() {
 #[tokio::test]
 async fn output_is_capped_with_head_and_tail() {
     let fixture = Fixture::new();
+    // About 15 MB of output against the 8 MiB cap per stream.
     let output =
-        fixture.call("bash", json!({"command": "echo HEAD; seq 1 100000; echo TAIL"})).await;
+        fixture.call("bash", json!({"command": "echo HEAD; seq 1 2000000; echo TAIL"})).await;
     assert_eq!(output.outcome, Outcome::Ok);
     assert!(output.content.starts_with("HEAD\n1\n2\n"));
-    assert!(output.content.ends_with("100000\nTAIL\n[exit code 0]"));
-    assert!(output.content.contains("bytes omitted: output is capped at 32768 bytes per stream"));
-    assert!(output.content.len() < 34 * 1024);
+    assert!(output.content.ends_with("2000000\nTAIL\n[exit code 0]"));
+    assert!(
+        output.content.contains("bytes omitted: output is capped at 8388608 bytes per stream"),
+        "{}",
+        output.content.len()
+    );
+    assert!(output.content.len() < 8 * 1024 * 1024 + 1024);
 }
 
 #[tokio::test]
@@ -100,14 +105,15 @@ async fn missing_workspace_is_an_error() {
 }
 
 #[tokio::test]
-async fn managed_mode_refuses_and_runs_nothing() {
+async fn managed_mode_runs_contained() {
     let mut fixture = Fixture::new();
     fixture.sandbox = SandboxMode::Managed;
-    let output = fixture.call("bash", json!({"command": "touch ran"})).await;
-    assert_eq!(output.outcome, Outcome::Error);
-    assert!(output.content.starts_with("sandbox refused: managed sandbox cannot be enforced"));
-    assert!(output.content.contains("the command was not run"));
-    assert!(!fixture.root.join("ran").exists());
+    let output = fixture.call("bash", json!({"command": "touch ran; touch ../escaped"})).await;
+    assert_eq!(output.outcome, Outcome::Ok);
+    assert!(output.content.contains("Permission denied"), "{}", output.content);
+    assert!(output.content.ends_with("[exit code 1]"), "{}", output.content);
+    assert!(fixture.root.join("ran").exists());
+    assert!(!fixture.outside().join("escaped").exists());
 }
 
 #[tokio::test]

@@ -1,0 +1,202 @@
+//! The Landlock ruleset: which paths a contained command may read, write or execute, and
+//! (from ABI 4) that it may not bind or connect TCP sockets, and (from ABI 6) that it may
+//! not signal processes or reach abstract UNIX sockets outside its sandbox.
+//!
+//! - Read and execute: system directories (`/usr`, `/bin`, `/sbin`, `/lib*`, `/opt`,
+//!   `/nix/store`), `/proc`, `/sys`, `/etc` minus its secret stores (`shadow`, `gshadow`,
+//!   `sudoers`, `ssh`, `ssl/private`, ...), and the toolchains the user's `PATH` points
+//!   into under `$HOME` (`~/.cargo`, `~/.pyenv`, `~/.rustup`, ...; entries named like
+//!   credentials, tokens or secrets left out) plus `~/.gitconfig` and `~/.config/git`.
+//!   Nothing else under `$HOME` is readable.
+//! - Read and write: the workspace and the per-run temporary directory. Device nodes
+//!   cannot be created anywhere.
+//! - `/dev/null`, `/dev/zero`, `/dev/full`, `/dev/random`, `/dev/urandom`: read and write.
+
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+};
+
+/// The oldest Landlock ABI managed mode accepts: 3 (Linux 6.2) is the first that controls
+/// truncation; without it a contained command could empty files it may only read.
+pub(crate) const MIN_LANDLOCK_ABI: u8 = 3;
+
+const SYSTEM_READ_ONLY: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/opt",
+    "/nix/store",
+    "/proc",
+    "/sys",
+];
+
+const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
+
+/// Entries of `/etc` that hold secrets and stay unreadable.
+const ETC_SECRETS: &[&str] = &[
+    "shadow",
+    "shadow-",
+    "gshadow",
+    "gshadow-",
+    "sudoers",
+    "sudoers.d",
+    "ssh",
+    "security",
+    "krb5.keytab",
+    "credstore",
+    "credstore.encrypted",
+    "polkit-1",
+];
+
+/// What the ruleset grants, before it is compiled.
+#[derive(Debug, Default)]
+pub(crate) struct FsPolicy {
+    pub(crate) read_only: Vec<PathBuf>,
+    pub(crate) read_write: Vec<PathBuf>,
+    pub(crate) devices: Vec<PathBuf>,
+}
+
+/// The policy for one run.
+pub(crate) fn policy(
+    workspace: &Path,
+    temp_dir: &Path,
+    home: Option<&Path>,
+    path_var: Option<&OsStr>,
+) -> FsPolicy {
+    let mut policy = FsPolicy {
+        read_write: vec![workspace.to_owned(), temp_dir.to_owned()],
+        devices: DEVICES.iter().map(PathBuf::from).collect(),
+        ..FsPolicy::default()
+    };
+    policy.read_only.extend(SYSTEM_READ_ONLY.iter().map(PathBuf::from));
+    push_entries_except(&mut policy.read_only, Path::new("/etc"), |name| {
+        ETC_SECRETS.contains(&name)
+    });
+    if let Some(index) = policy.read_only.iter().position(|path| path == Path::new("/etc/ssl")) {
+        policy.read_only.remove(index);
+        push_entries_except(&mut policy.read_only, Path::new("/etc/ssl"), |name| name == "private");
+    }
+    policy.read_only.extend(toolchains(home, path_var));
+    policy
+}
+
+/// Read-only toolchain paths from `PATH`: a directory outside `$HOME` as is; one inside
+/// `$HOME` through its top-level entry there (`~/.cargo/bin` grants `~/.cargo`), listed
+/// one level deep without credential-like names.
+fn toolchains(home: Option<&Path>, path_var: Option<&OsStr>) -> Vec<PathBuf> {
+    let mut granted = Vec::new();
+    let mut home_roots: Vec<PathBuf> = Vec::new();
+    for dir in path_var.map(std::env::split_paths).into_iter().flatten() {
+        if !dir.is_absolute() || dir == Path::new("/") {
+            continue;
+        }
+        match home {
+            Some(home) if home.starts_with(&dir) => {}
+            Some(home) if dir.starts_with(home) => {
+                let Ok(relative) = dir.strip_prefix(home) else { continue };
+                let Some(first) = relative.components().next() else { continue };
+                let top = home.join(first);
+                if top.file_name() == Some(OsStr::new(".local")) {
+                    granted.push(top.join("bin"));
+                    granted.push(top.join("lib"));
+                } else {
+                    home_roots.push(top);
+                }
+            }
+            _ => granted.push(dir),
+        }
+    }
+    if let Some(home) = home {
+        home_roots.push(home.join(".rustup"));
+        granted.push(home.join(".gitconfig"));
+        granted.push(home.join(".config/git"));
+    }
+    home_roots.sort();
+    home_roots.dedup();
+    for root in home_roots {
+        if root.is_dir() {
+            push_entries_except(&mut granted, &root, looks_like_a_secret);
+        } else {
+            granted.push(root);
+        }
+    }
+    granted
+}
+
+fn looks_like_a_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["credential", "token", "secret", "password"].iter().any(|word| name.contains(word))
+}
+
+fn push_entries_except(into: &mut Vec<PathBuf>, dir: &Path, skip: impl Fn(&str) -> bool) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        if !skip(&entry.file_name().to_string_lossy()) {
+            into.push(entry.path());
+        }
+    }
+}
+
+/// What a compiled ruleset enforces beyond the file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Enforced {
+    pub(crate) abi: u8,
+    pub(crate) tcp: bool,
+    pub(crate) scopes: bool,
+}
+
+impl Enforced {
+    pub(crate) fn for_abi(abi: u8) -> Enforced {
+        Enforced { abi, tcp: abi >= 4, scopes: abi >= 6 }
+    }
+}
+
+/// Compiles `policy` into a Landlock ruleset for `abi` (already checked to be at least
+/// [`MIN_LANDLOCK_ABI`]). Every requested right is a hard requirement.
+pub(crate) fn ruleset(policy: &FsPolicy, enforced: Enforced) -> Result<OwnedFd, String> {
+    let abi = match enforced.abi {
+        3 => ABI::V3,
+        4 => ABI::V4,
+        _ => ABI::V5,
+    };
+    let handled = AccessFs::from_all(abi);
+    let read_only = AccessFs::from_read(abi);
+    let read_write = handled & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+    let device: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::WriteFile;
+
+    let landlock_error = |error: landlock::RulesetError| format!("landlock: {error}");
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(handled)
+        .map_err(landlock_error)?;
+    if enforced.tcp {
+        ruleset = ruleset.handle_access(AccessNet::from_all(ABI::V4)).map_err(landlock_error)?;
+    }
+    if enforced.scopes {
+        ruleset = ruleset.scope(Scope::from_all(ABI::V6)).map_err(landlock_error)?;
+    }
+    let mut created = ruleset.create().map_err(landlock_error)?;
+    let grants = policy
+        .read_only
+        .iter()
+        .map(|path| (path, read_only))
+        .chain(policy.read_write.iter().map(|path| (path, read_write)))
+        .chain(policy.devices.iter().map(|path| (path, device)));
+    for (path, access) in grants {
+        // Paths that do not exist on this machine (`/lib32`, `/nix/store`) grant nothing.
+        let Ok(fd) = PathFd::new(path) else { continue };
+        let access = if path.is_dir() { access } else { access & AccessFs::from_file(abi) };
+        created = created.add_rule(PathBeneath::new(fd, access)).map_err(landlock_error)?;
+    }
+    Option::<OwnedFd>::from(created)
+        .ok_or_else(|| "landlock: the ruleset was not created by the kernel".to_owned())
+}

@@ -1,0 +1,194 @@
+//! The seccomp filters: what Landlock cannot express.
+//!
+//! Every `socket(2)` is refused (no network, and no UNIX socket: Landlock before ABI 9
+//! cannot restrict `connect` to a pathname socket such as the Docker or D-Bus socket;
+//! `socketpair(2)` stays allowed). Also refused: tracing other processes, mounting and
+//! namespaces, the kernel keyring, BPF, perf, kernel modules and kexec, io_uring (it can
+//! bypass these syscall checks), opening files by handle (bypasses path checks),
+//! leaving the process group (`setsid`, `setpgid`: the group is how keel cleans up),
+//! terminal injection ioctls, and raw I/O ports. Refusals return `EPERM`; `clone3` returns
+//! `ENOSYS` so C libraries fall back to `clone`, whose namespace flags can be inspected.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch, sock_filter,
+};
+
+/// System calls refused unconditionally.
+const DENIED: &[libc::c_long] = &[
+    libc::SYS_socket,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_userfaultfd,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_fanotify_init,
+    libc::SYS_setsid,
+    libc::SYS_setpgid,
+    libc::SYS_acct,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_reboot,
+    libc::SYS_syslog,
+    libc::SYS_quotactl,
+    libc::SYS_vhangup,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_iopl,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_ioperm,
+];
+
+/// `clone` flags that create namespaces.
+const NAMESPACE_FLAGS: &[libc::c_int] = &[
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+    libc::CLONE_NEWCGROUP,
+];
+
+/// Terminal ioctls that inject input into, or control, another program's terminal.
+const DENIED_IOCTLS: &[libc::c_ulong] = &[libc::TIOCSTI, libc::TIOCLINUX];
+
+/// The filters to install, in order. Fails when this architecture is not supported or a
+/// rule does not compile: managed mode then refuses.
+pub(crate) fn filters() -> Result<Vec<BpfProgram>, String> {
+    let arch = target_arch()?;
+    let deny = deny_filter(arch).map_err(|error| format!("seccomp filter: {error}"))?;
+    let clone3 = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, vec![])]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(errno(libc::ENOSYS)),
+        arch,
+    )
+    .and_then(BpfProgram::try_from)
+    .map_err(|error| format!("seccomp clone3 filter: {error}"))?;
+    Ok(vec![deny, clone3])
+}
+
+fn deny_filter(arch: TargetArch) -> Result<BpfProgram, seccompiler::BackendError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for syscall in DENIED {
+        rules.insert(*syscall, vec![]);
+    }
+    let mut clone_rules = Vec::new();
+    for flag in NAMESPACE_FLAGS {
+        let flag = u64::from(flag.unsigned_abs());
+        clone_rules.push(SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )?])?);
+    }
+    rules.insert(libc::SYS_clone, clone_rules);
+    let mut ioctl_rules = Vec::new();
+    for request in DENIED_IOCTLS {
+        ioctl_rules.push(SeccompRule::new(vec![SeccompCondition::new(
+            1,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            *request,
+        )?])?);
+    }
+    rules.insert(libc::SYS_ioctl, ioctl_rules);
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(errno(libc::EPERM)),
+        arch,
+    )?;
+    let program = BpfProgram::try_from(filter)?;
+    Ok(with_x32_guard(program))
+}
+
+#[cfg(target_arch = "x86_64")]
+fn target_arch() -> Result<TargetArch, String> {
+    Ok(TargetArch::x86_64)
+}
+
+#[cfg(target_arch = "aarch64")]
+fn target_arch() -> Result<TargetArch, String> {
+    Ok(TargetArch::aarch64)
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn target_arch() -> Result<TargetArch, String> {
+    Err(format!("seccomp filters for {}", std::env::consts::ARCH))
+}
+
+/// On x86_64, x32 system calls share the architecture value but set bit 30 of the number,
+/// so the rules above would not see them: refuse every such call first.
+#[cfg(target_arch = "x86_64")]
+fn with_x32_guard(program: BpfProgram) -> BpfProgram {
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    const LD_W_ABS: u16 = 0x20;
+    const JMP_JGE_K: u16 = 0x35;
+    const RET_K: u16 = 0x06;
+    let mut guarded = vec![
+        // Load the syscall number (offset 0 of struct seccomp_data).
+        sock_filter { code: LD_W_ABS, jt: 0, jf: 0, k: 0 },
+        sock_filter { code: JMP_JGE_K, jt: 0, jf: 1, k: X32_SYSCALL_BIT },
+        sock_filter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: u32::from(SeccompAction::Errno(errno(libc::EPERM))),
+        },
+    ];
+    guarded.extend(program);
+    guarded
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn with_x32_guard(program: BpfProgram) -> BpfProgram {
+    program
+}
+
+fn errno(value: libc::c_int) -> u32 {
+    value.unsigned_abs()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_compile() {
+        let filters = filters().unwrap();
+        assert_eq!(filters.len(), 2);
+        assert!(filters.iter().all(|filter| !filter.is_empty() && filter.len() < u16::MAX.into()));
+    }
+}
