@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use keel_contracts::ModelClient;
-use keel_providers::{OpenAiChat, OpenAiConfig, ScriptedModel};
+use keel_providers::{
+    AnthropicConfig, AnthropicMessages, OpenAiChat, OpenAiConfig, OpenAiResponses, ScriptedModel,
+};
 
 /// A usage or configuration problem (exit status 2).
 #[derive(Debug, thiserror::Error)]
@@ -32,21 +34,46 @@ pub(crate) fn model_client(
             Ok(Arc::new(model))
         }
         "openai" => {
-            let base_url = base_url
-                .map(str::to_owned)
-                .or_else(|| std::env::var("OPENAI_BASE_URL").ok().filter(|v| !v.is_empty()))
-                .unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
-            let api_key = std::env::var("OPENAI_API_KEY").ok().filter(|v| !v.is_empty());
-            let mut config = OpenAiConfig::new(base_url, rest.to_owned());
-            config.api_key = api_key;
-            config.context_window = context_window;
+            let config = openai_config(rest, base_url, context_window);
             let client = OpenAiChat::new(config).context("cannot build the OpenAI client")?;
             Ok(Arc::new(client))
         }
-        "openai-responses" | "anthropic" => bail!(UsageError(format!(
-            "provider '{provider}' is not available in this build yet; use openai:MODEL \
-             (any OpenAI-compatible server) or scripted:PATH"
-        ))),
+        "openai-responses" => {
+            let config = openai_config(rest, base_url, context_window);
+            let client =
+                OpenAiResponses::new(config).context("cannot build the OpenAI Responses client")?;
+            Ok(Arc::new(client))
+        }
+        "anthropic" => {
+            let base_url = base_url
+                .map(str::to_owned)
+                .or_else(|| env_var("ANTHROPIC_BASE_URL"))
+                .unwrap_or_else(|| AnthropicConfig::DEFAULT_BASE_URL.to_owned());
+            let mut config = AnthropicConfig::new(base_url, rest.to_owned());
+            config.api_key = env_var("ANTHROPIC_API_KEY");
+            config.context_window = context_window;
+            let client =
+                AnthropicMessages::new(config).context("cannot build the Anthropic client")?;
+            Ok(Arc::new(client))
+        }
         other => bail!(UsageError(format!("unknown provider '{other}' in model spec '{spec}'"))),
     }
+}
+
+/// The OpenAI settings shared by `openai:` and `openai-responses:`: `--base-url`, else
+/// `OPENAI_BASE_URL`, else OpenAI's own; the key from `OPENAI_API_KEY`.
+fn openai_config(model: &str, base_url: Option<&str>, context_window: Option<u64>) -> OpenAiConfig {
+    let base_url = base_url
+        .map(str::to_owned)
+        .or_else(|| env_var("OPENAI_BASE_URL"))
+        .unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
+    let mut config = OpenAiConfig::new(base_url, model.to_owned());
+    config.api_key = env_var("OPENAI_API_KEY");
+    config.context_window = context_window;
+    config
+}
+
+/// A non-empty environment variable.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
 }

@@ -18,7 +18,7 @@ fn usage_errors_exit_2_with_a_message() {
         (&["run", "-C", ws, "-m", "nonsense", "t"], "invalid model spec"),
         (&["run", "-C", ws, "-m", "scripted:/nonexistent.json", "t"], "cannot read script"),
         (&["run", "-C", ws, "-m", "scripted:x", "--approval", "ask", "t"], "needs a terminal"),
-        (&["run", "-C", ws, "-m", "anthropic:claude", "t"], "not available in this build yet"),
+        (&["run", "-C", ws, "-m", "nonsense:x", "t"], "unknown provider"),
         (
             &["run", "-C", ws, "-m", "scripted:x", "--max-time", "soon", "t"],
             "invalid duration 'soon'",

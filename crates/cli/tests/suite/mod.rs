@@ -2,4 +2,5 @@ mod cli_surface;
 mod example;
 mod mcp_e2e;
 mod openai_e2e;
+mod providers_e2e;
 mod support;
