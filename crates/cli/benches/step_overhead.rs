@@ -58,6 +58,7 @@ fn kernel(store: Arc<dyn Store>, steps: usize) -> Kernel {
         ids: Arc::new(UuidV7Ids),
         permissions: Arc::new(StaticPermissions(PermissionAnswer::AllowOnce)),
         observer: Arc::new(NoopObserver),
+        counter: Arc::new(keel_contracts::ApproxCounter),
     })
     .unwrap()
 }
@@ -68,6 +69,7 @@ fn run_config() -> RunConfig {
         approval: ApprovalMode::Auto,
         budget: Default::default(),
         price: None,
+        context: Default::default(),
         instructions: Vec::new(),
         rules: Default::default(),
         cancel_poll: Duration::from_secs(3600),

@@ -55,14 +55,35 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Sessions { json, tree } => sessions(json, tree).await,
         Command::Log { session, json } => log(&session, json).await,
         Command::Stop { session } => stop(&session).await,
+        Command::Compact { session, options } => compact(&session, options).await,
         Command::Mcp { command: McpCommand::List { workspace } } => {
             mcp::list(workspace.as_deref()).await
         }
     }
 }
 
-fn open_store() -> anyhow::Result<(PathBuf, Arc<SqliteStore>)> {
+/// The ledger: PostgreSQL when `KEEL_DATABASE_URL` is set (a `postgres://` URL), else the
+/// embedded SQLite file under KEEL_HOME.
+async fn open_store() -> anyhow::Result<(PathBuf, Arc<dyn Store>)> {
     let home = config::keel_home()?;
+    let database_url = match std::env::var("KEEL_DATABASE_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
+        Ok(_) | Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(usage("KEEL_DATABASE_URL is not valid UTF-8"));
+        }
+    };
+    if let Some(url) = database_url {
+        if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+            return Err(usage(
+                "KEEL_DATABASE_URL must be a postgres:// URL (unset it for the embedded ledger)",
+            ));
+        }
+        let store = keel_store::PgStore::connect(&url)
+            .await
+            .context("cannot open the PostgreSQL ledger named by KEEL_DATABASE_URL")?;
+        return Ok((home, Arc::new(store)));
+    }
     let path = keel_store::default_path(&home);
     let store = SqliteStore::open(&path)
         .with_context(|| format!("cannot open the ledger at {}", path.display()))?;
@@ -83,6 +104,7 @@ struct Resolved {
     permissions: Arc<dyn PermissionHook>,
     context_window: Option<u64>,
     max_agent_depth: u32,
+    counter: Arc<dyn keel_contracts::TokenCounter>,
 }
 
 fn resolve(
@@ -205,6 +227,13 @@ fn resolve(
              $KEEL_HOME/prices.toml or drop --max-cost-usd"
         )));
     }
+    let (provider, model_name) = model_spec.split_once(':').unwrap_or(("", ""));
+    let context_window =
+        options.context_window.or_else(|| crate::tokens::known_window(provider, model_name));
+    if context_window == Some(0) {
+        return Err(usage("--context-window must be a positive number of tokens"));
+    }
+    let counter = crate::tokens::counter_for(provider, model_name);
     let parse_rules = |texts: &[String]| -> anyhow::Result<Vec<Rule>> {
         texts
             .iter()
@@ -226,12 +255,14 @@ fn resolve(
             approval,
             budget,
             price,
+            context: keel_contracts::ContextPolicy::for_window(context_window),
             instructions: workspace_instructions(workspace)?,
             rules,
             cancel_poll: Duration::from_millis(250),
         },
         permissions,
-        context_window: options.context_window,
+        context_window,
+        counter,
         max_agent_depth: config.max_agent_depth.unwrap_or(keel_kernel::DEFAULT_MAX_AGENT_DEPTH),
     })
 }
@@ -281,7 +312,7 @@ pub(crate) fn canonical_workspace(dir: Option<&Path>) -> anyhow::Result<PathBuf>
 }
 
 fn build_kernel(
-    store: Arc<SqliteStore>,
+    store: Arc<dyn Store>,
     resolved: &Resolved,
     json: bool,
     mcp: &mcp::Started,
@@ -296,6 +327,7 @@ fn build_kernel(
         ids: Arc::new(UuidV7Ids),
         permissions: resolved.permissions.clone(),
         observer: Arc::new(Printer::new(json)),
+        counter: resolved.counter.clone(),
     };
     Kernel::with_max_agent_depth(deps, resolved.max_agent_depth)
         .context("cannot assemble the tool registry")
@@ -368,7 +400,7 @@ fn finish(report: &RunReport, json: bool) -> u8 {
 
 async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let workspace = canonical_workspace(options.workspace.as_deref())?;
-    let (home, store) = open_store()?;
+    let (home, store) = open_store().await?;
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
     let mut resolved = resolve(&options, &config, &PriceTable::load(&home)?, &workspace, None)?;
     let task = read_task(task)?;
@@ -388,12 +420,12 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     Ok(finish(&report, options.json))
 }
 
-async fn resolve_session(store: &SqliteStore, prefix: &str) -> anyhow::Result<SessionId> {
+async fn resolve_session(store: &Arc<dyn Store>, prefix: &str) -> anyhow::Result<SessionId> {
     store.resolve_session(prefix).await.map_err(|error| usage(error.to_string()))
 }
 
 async fn resume(session: &str, task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
-    let (home, store) = open_store()?;
+    let (home, store) = open_store().await?;
     let session_id = resolve_session(&store, session).await?;
     let events = store.read(session_id, keel_contracts::Seq(0)).await?;
     let Some(EventKind::SessionCreated { workspace, model, .. }) = events.first().map(|e| &e.kind)
@@ -438,7 +470,7 @@ async fn resume(session: &str, task: Option<String>, options: RunOptions) -> any
 }
 
 async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
-    let (_, store) = open_store()?;
+    let (_, store) = open_store().await?;
     let sessions = store.sessions().await?;
     let mut totals = std::collections::BTreeMap::new();
     for session in &sessions {
@@ -514,7 +546,7 @@ async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
 }
 
 async fn log(session: &str, json: bool) -> anyhow::Result<u8> {
-    let (_, store) = open_store()?;
+    let (_, store) = open_store().await?;
     let session_id = resolve_session(&store, session).await?;
     let events = store.read(session_id, keel_contracts::Seq(0)).await?;
     for event in &events {
@@ -528,9 +560,42 @@ async fn log(session: &str, json: bool) -> anyhow::Result<u8> {
 }
 
 async fn stop(session: &str) -> anyhow::Result<u8> {
-    let (_, store) = open_store()?;
+    let (_, store) = open_store().await?;
     let session_id = resolve_session(&store, session).await?;
     store.request_cancel(session_id).await?;
     eprintln!("keel: stop requested for session {session_id}; its run ends at the next check");
     Ok(exit::COMPLETED)
+}
+
+async fn compact(session: &str, options: RunOptions) -> anyhow::Result<u8> {
+    let (home, store) = open_store().await?;
+    let session_id = resolve_session(&store, session).await?;
+    let events = store.read(session_id, keel_contracts::Seq(0)).await?;
+    let Some(EventKind::SessionCreated { workspace, model, .. }) = events.first().map(|e| &e.kind)
+    else {
+        bail!("session {session_id} has no session_created event");
+    };
+    let workspace = canonical_workspace(Some(Path::new(workspace)))?;
+    let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
+    let resolved = resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model))?;
+    let mcp = mcp::start(&config, &home, &workspace, true).await?;
+    let kernel = build_kernel(store, &resolved, options.json, &mcp)?;
+    let cancel = cancel_on_ctrl_c();
+    match kernel.compact_session(session_id, &resolved.run, &cancel).await {
+        Ok(Some((before, after))) => {
+            eprintln!("keel: compacted session {session_id}: ~{before} → ~{after} tokens");
+            Ok(exit::COMPLETED)
+        }
+        Ok(None) => {
+            eprintln!(
+                "keel: nothing was compacted (too little history, or the summary failed: see `keel log`)"
+            );
+            Ok(exit::FAILED)
+        }
+        Err(
+            error @ (keel_kernel::KernelError::Sealed(_)
+            | keel_kernel::KernelError::SessionNotFound(_)),
+        ) => Err(usage(error.to_string())),
+        Err(error) => Err(error.into()),
+    }
 }

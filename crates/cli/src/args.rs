@@ -47,6 +47,13 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compact a session's context now (fold its earlier conversation into a summary).
+    Compact {
+        /// Session id or unique prefix.
+        session: String,
+        #[command(flatten)]
+        options: RunOptions,
+    },
     /// Cancel the session's active run.
     Stop {
         /// Session id or unique prefix.

@@ -11,6 +11,7 @@ mod output;
 mod permission;
 mod pricing;
 mod provider;
+mod tokens;
 
 use std::process::ExitCode;
 

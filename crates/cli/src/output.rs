@@ -69,13 +69,11 @@ pub(crate) fn print_json(event: &RuntimeEvent) {
 }
 
 fn clip(text: &str, max_chars: usize) -> String {
-    let one_line = text.replace('\n', "⏎");
-    if one_line.chars().count() <= max_chars {
-        one_line
-    } else {
-        let head: String = one_line.chars().take(max_chars).collect();
-        format!("{head}…")
-    }
+    // Look at no more than the prefix that can be shown: results may be megabytes.
+    let mut chars = text.chars();
+    let head: String = chars.by_ref().take(max_chars).collect();
+    let head = head.replace('\n', "⏎");
+    if chars.next().is_some() { format!("{head}…") } else { head }
 }
 
 /// A readable line for an event; `text_shown` when the response text was streamed already.
@@ -115,8 +113,41 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
         EventKind::RunComposition { provider, model, tools, .. } => {
             format!("#{seq} composition: {provider}:{model}, {} tools", tools.len())
         }
-        EventKind::ModelRequested { step, messages, .. } => {
-            format!("#{seq} step {step}: request with {messages} messages")
+        EventKind::ModelRequested {
+            step,
+            messages,
+            tokens,
+            tokens_before_pruning,
+            pruned_results,
+            ..
+        } => {
+            let mut line = format!("#{seq} step {step}: request with {messages} messages");
+            if let Some(tokens) = tokens {
+                line.push_str(&format!(", ~{tokens} tokens"));
+            }
+            if let Some(before) = tokens_before_pruning {
+                line.push_str(&format!(
+                    " (pruned {pruned_results} results: ~{before} → ~{} tokens)",
+                    tokens.unwrap_or(0)
+                ));
+            }
+            line
+        }
+        EventKind::Compaction {
+            covers_from,
+            covers_to,
+            tokens_before,
+            tokens_after,
+            carried,
+            ..
+        } => format!(
+            "#{seq} compaction of #{covers_from}–#{covers_to}: ~{tokens_before} → ~{tokens_after} tokens; \
+             carried {} inputs, {} files",
+            carried.inputs.len(),
+            carried.files.len()
+        ),
+        EventKind::CompactionFailed { reason, attempts } => {
+            format!("#{seq} compaction failed after {attempts} attempts: {reason}; not compacted")
         }
         EventKind::ModelResponse { text, tool_calls, usage, finish_reason, .. } => {
             let mut line = format!("#{seq} model ({finish_reason}");

@@ -183,13 +183,9 @@ impl Kernel {
             },
             None => (CarriedContext::default(), 1),
         };
-        let scan: Vec<_> = ledger
-            .events
-            .iter()
-            .filter(|event| event.seq.0 >= scan_from && event.seq <= covers_to)
-            .cloned()
-            .collect();
-        let carried = context::carry(carried, &scan);
+        let scan =
+            ledger.events.iter().filter(|event| event.seq.0 >= scan_from && event.seq <= covers_to);
+        let carried = context::carry(carried, scan);
         let Some(covered) = context::covered(&ledger.events, Seq(1), covers_to) else {
             return Ok((Compacted::Not, spent));
         };
@@ -219,6 +215,71 @@ impl Kernel {
             )
             .await?;
         Ok((Compacted::Done, spent))
+    }
+}
+
+impl Kernel {
+    /// Compacts a session now (`keel compact`): everything before the most recent exchanges
+    /// holding about half of the current context is summarised. Outside any run.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::KernelError`] when the ledger cannot be read or written, or the session is
+    /// sealed or malformed. A summary that fails is not an error: it is recorded as
+    /// `compaction_failed` and `Ok(None)` is returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel through `cancel`; a dropped future leaves the ledger as it was or with the
+    /// compaction event complete.
+    pub async fn compact_session(
+        &self,
+        session_id: keel_contracts::SessionId,
+        config: &crate::RunConfig,
+        cancel: &Cancellation,
+    ) -> Result<Option<(u64, u64)>> {
+        let mut ledger = self.load_session(session_id).await?;
+        let fixed_tokens = self
+            .deps
+            .counter
+            .count(&serde_json::to_string(&self.registry.definitions()).unwrap_or_default());
+        let mut verified = BTreeMap::new();
+        let entries = context::retained_entries(
+            &ledger.events,
+            config.context.inline_limit_bytes,
+            &mut verified,
+        );
+        let current = fixed_tokens
+            + keel_contracts::estimate_messages_tokens(
+                &entries.iter().map(|e| e.message.clone()).collect::<Vec<_>>(),
+                self.deps.counter.as_ref(),
+            );
+        // Without a known window, compact as if the current context filled it.
+        let policy = match config.context.window {
+            Some(_) => config.context,
+            None => keel_contracts::ContextPolicy {
+                window: Some(current.max(1)),
+                reserve: 0,
+                ..config.context
+            },
+        };
+        let window = Window {
+            policy: &policy,
+            counter: self.deps.counter.as_ref(),
+            fixed_tokens,
+            scale: 1.0,
+        };
+        let room = current.saturating_sub(fixed_tokens) / 2;
+        let (compacted, _) = self.compact(&mut ledger, (None, None), &window, room, cancel).await?;
+        Ok(match compacted {
+            Compacted::Done => ledger.events.last().and_then(|event| match &event.kind {
+                EventKind::Compaction { tokens_before, tokens_after, .. } => {
+                    Some((*tokens_before, *tokens_after))
+                }
+                _ => None,
+            }),
+            Compacted::Not => None,
+        })
     }
 }
 
@@ -260,10 +321,8 @@ pub fn drop_oldest(
         return context::fit(entries, window);
     }
     let covers_to = Seq(entries.get(cut).map_or(u64::MAX, |e| e.seq.0.saturating_sub(1)));
-    let carried = context::carry(
-        CarriedContext::default(),
-        &events.iter().filter(|e| e.seq <= covers_to).cloned().collect::<Vec<_>>(),
-    );
+    let carried =
+        context::carry(CarriedContext::default(), events.iter().filter(|e| e.seq <= covers_to));
     let note = context::carried_note(&carried, None, Seq(1), covers_to);
     let mut kept =
         vec![Entry { message: Message::User { text: note }, seq: covers_to, full_bytes: 0 }];

@@ -92,7 +92,7 @@ pub fn active_compaction<'e>(
 }
 
 /// The events with seq in `from..=to`, if they are all present.
-pub(crate) fn covered(events: &[RuntimeEvent], from: Seq, to: Seq) -> Option<&[RuntimeEvent]> {
+pub fn covered(events: &[RuntimeEvent], from: Seq, to: Seq) -> Option<&[RuntimeEvent]> {
     let start = events.iter().position(|event| event.seq == from)?;
     let end = events.iter().position(|event| event.seq == to)?;
     (start <= end).then(|| &events[start..=end])
@@ -141,7 +141,10 @@ pub fn carried_note(carried: &CarriedContext, summary: Option<&str>, from: Seq, 
 }
 
 /// Extends `carried` with what `events` add: user inputs, the latest plan, files named.
-pub fn carry(mut carried: CarriedContext, events: &[RuntimeEvent]) -> CarriedContext {
+pub fn carry<'e>(
+    mut carried: CarriedContext,
+    events: impl IntoIterator<Item = &'e RuntimeEvent>,
+) -> CarriedContext {
     for event in events {
         match &event.kind {
             EventKind::TurnStarted { input } => carried.inputs.push(input.clone()),

@@ -316,6 +316,10 @@ impl Kernel {
         self.drive(ledger, turn_id, last_run, config, cancel).await
     }
 
+    pub(crate) async fn load_session(&self, session_id: SessionId) -> Result<Ledger> {
+        self.load(session_id).await
+    }
+
     async fn load(&self, session_id: SessionId) -> Result<Ledger> {
         let ledger = Ledger::load(
             session_id,
