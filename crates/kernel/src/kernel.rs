@@ -14,6 +14,7 @@ use keel_contracts::{
 
 use crate::compaction::{self, Compacted};
 use crate::context::{self, Window};
+use crate::failpoint::{Failpoint, Failpoints, NoFailpoints};
 use crate::ledger::Ledger;
 use crate::permission::PermissionHook;
 use crate::registry::Registry;
@@ -152,6 +153,8 @@ pub struct Kernel {
     depth: u32,
     /// Sessions at this depth may not spawn children.
     max_agent_depth: u32,
+    /// Named points where a crash harness may stop the process.
+    failpoints: Arc<dyn Failpoints>,
 }
 
 /// How deep sub-agents may nest by default: a top-level agent may spawn children, which
@@ -200,7 +203,13 @@ impl Kernel {
             crate::AgentTools::Withheld
         };
         let registry = Registry::new(deps.tools.clone(), agents)?;
-        Ok(Kernel { deps, registry, depth, max_agent_depth })
+        Ok(Kernel { deps, registry, depth, max_agent_depth, failpoints: Arc::new(NoFailpoints) })
+    }
+
+    /// This kernel, stopping at `failpoints` (crash tests). Children inherit them.
+    pub fn with_failpoints(mut self, failpoints: Arc<dyn Failpoints>) -> Kernel {
+        self.failpoints = failpoints;
+        self
     }
 
     /// The kernel a child session runs on: the same adapters, the given tools, one level
@@ -210,7 +219,8 @@ impl Kernel {
         tools: Vec<Arc<dyn Tool>>,
     ) -> std::result::Result<Kernel, crate::RegistryError> {
         let deps = KernelDeps { tools, ..self.deps.clone() };
-        Kernel::at_depth(deps, self.depth + 1, self.max_agent_depth)
+        Ok(Kernel::at_depth(deps, self.depth + 1, self.max_agent_depth)?
+            .with_failpoints(self.failpoints.clone()))
     }
 
     /// The tool registry.
@@ -426,6 +436,7 @@ impl Kernel {
                 rules: config.rules.clone(),
                 deadline,
                 run: config.clone(),
+                failpoints: self.failpoints.clone(),
             },
         );
         let mut spent = Spent::default();
@@ -686,7 +697,9 @@ impl Kernel {
                 EventKind::RunCancelled { reason: reason.clone(), usage }
             }
         };
+        self.failpoints.hit(Failpoint::BeforeTerminal).await;
         ledger.append(turn, run, kind).await?;
+        self.failpoints.hit(Failpoint::AfterTerminal).await;
         Ok(RunReport { session_id: ledger.session_id, turn_id, run_id, outcome, usage })
     }
 }

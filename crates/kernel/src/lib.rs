@@ -20,6 +20,7 @@ mod children;
 pub mod compaction;
 pub mod context;
 mod error;
+mod failpoint;
 mod intrinsic;
 mod kernel;
 mod ledger;
@@ -31,6 +32,7 @@ mod settlement;
 
 pub use cancel::Cancellation;
 pub use error::{KernelError, Result};
+pub use failpoint::{Failpoint, Failpoints, NoFailpoints};
 pub use kernel::{
     DEFAULT_MAX_AGENT_DEPTH, Instruction, Kernel, KernelDeps, NoopObserver, Observer, RunConfig,
     RunReport, SessionConfig, TurnOutcome,

@@ -12,6 +12,7 @@ use keel_contracts::{
 };
 
 use crate::children::{AgentCall, Children, is_agent_tool};
+use crate::failpoint::{Failpoint, Failpoints};
 use crate::intrinsic::{READ_TOOL_RESULT, read_tool_result};
 use crate::kernel::REPEATED_FAILURE_LIMIT;
 use crate::ledger::Ledger;
@@ -51,6 +52,7 @@ pub(crate) struct CallPolicy {
     pub(crate) rules: PermissionRules,
     pub(crate) deadline: Option<tokio::time::Instant>,
     pub(crate) run: crate::RunConfig,
+    pub(crate) failpoints: std::sync::Arc<dyn Failpoints>,
 }
 
 /// Per-run state of tool settlement.
@@ -59,6 +61,7 @@ pub(crate) struct CallState<'a> {
     registry: &'a Registry,
     children: &'a dyn Children,
     run: crate::RunConfig,
+    failpoints: std::sync::Arc<dyn Failpoints>,
     /// What the run has left, set by the loop before each step's calls.
     pub(crate) remaining: Budget,
     /// What sub-agents spent during this step's calls.
@@ -132,13 +135,15 @@ impl<'a> CallState<'a> {
         children: &'a dyn Children,
         policy: CallPolicy,
     ) -> CallState<'a> {
-        let CallPolicy { workspace, envelope, mode, sandbox, rules, deadline, run } = policy;
+        let CallPolicy { workspace, envelope, mode, sandbox, rules, deadline, run, failpoints } =
+            policy;
         CallState {
             deps,
             registry,
             children,
             run,
             remaining: Budget::default(),
+            failpoints,
             child_spent: UsageTotals::default(),
             workspace,
             envelope,
@@ -324,6 +329,7 @@ impl<'a> CallState<'a> {
         }
 
         let attempt_id = self.deps.ids.attempt_id();
+        self.failpoints.hit(Failpoint::BeforePrepare).await;
         ledger
             .append(
                 call.turn,
@@ -336,6 +342,7 @@ impl<'a> CallState<'a> {
                 },
             )
             .await?;
+        self.failpoints.hit(Failpoint::AfterPrepare).await;
         let context = ToolContext {
             workspace: self.workspace.clone(),
             session_id: ledger.session_id,
@@ -368,6 +375,8 @@ impl<'a> CallState<'a> {
         let arguments = tool_call.arguments.clone();
         let task =
             AbortOnDrop(tokio::spawn(async move { tool.invoke(&context, &arguments).await }));
+        let failpoints = self.failpoints.clone();
+        tokio::spawn(async move { failpoints.hit(Failpoint::MidTool).await });
         let output = tokio::select! {
             joined = task.join() => match joined {
                 Ok(output) => output,
@@ -388,7 +397,10 @@ impl<'a> CallState<'a> {
         if output.outcome == Outcome::Error {
             *self.failures.entry(failure_key).or_insert(0) += 1;
         }
-        call.result(ledger, Some(attempt_id), output.outcome, output.content).await
+        self.failpoints.hit(Failpoint::BeforeResult).await;
+        call.result(ledger, Some(attempt_id), output.outcome, output.content).await?;
+        self.failpoints.hit(Failpoint::AfterResult).await;
+        Ok(())
     }
 }
 
