@@ -109,6 +109,7 @@ fn tokens_sent_over_a_50_step_task() {
         instructions: Vec::new(),
         rules: Default::default(),
         cancel_poll: Duration::from_secs(3600),
+        grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
     };
     let naive = runtime.block_on(async {
         let session = kernel

@@ -73,6 +73,7 @@ fn run_config() -> RunConfig {
         instructions: Vec::new(),
         rules: Default::default(),
         cancel_poll: Duration::from_secs(3600),
+        grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
     }
 }
 

@@ -30,7 +30,6 @@ pub(crate) mod exit {
     pub(crate) const FAILED: u8 = 1;
     pub(crate) const USAGE: u8 = 2;
     pub(crate) const SUSPENDED: u8 = 3;
-    #[allow(dead_code)] // FIXME(#4): boundary denials finalize turns with this status.
     pub(crate) const DENIED: u8 = 4;
     pub(crate) const CANCELLED: u8 = 130;
 }
@@ -55,6 +54,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Sessions { json, tree } => sessions(json, tree).await,
         Command::Log { session, json } => log(&session, json).await,
         Command::Stop { session } => stop(&session).await,
+        Command::Seal { session, reason } => {
+            crate::seal::seal(open_store().await?.1, &session, reason).await
+        }
         Command::Compact { session, options } => compact(&session, options).await,
         Command::Mcp { command: McpCommand::List { workspace } } => {
             mcp::list(workspace.as_deref()).await
@@ -259,6 +261,7 @@ fn resolve(
             instructions: workspace_instructions(workspace)?,
             rules,
             cancel_poll: Duration::from_millis(250),
+            grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
         },
         permissions,
         context_window,
@@ -329,8 +332,9 @@ fn build_kernel(
         observer: Arc::new(Printer::new(json)),
         counter: resolved.counter.clone(),
     };
-    Kernel::with_max_agent_depth(deps, resolved.max_agent_depth)
-        .context("cannot assemble the tool registry")
+    let kernel = Kernel::with_max_agent_depth(deps, resolved.max_agent_depth)
+        .context("cannot assemble the tool registry")?;
+    crate::failpoints::install(kernel)
 }
 
 /// Cancels on the first Ctrl-C; a second one exits at once.
@@ -395,6 +399,10 @@ fn finish(report: &RunReport, json: bool) -> u8 {
             eprintln!("keel: run cancelled: {reason}");
             exit::CANCELLED
         }
+        TurnOutcome::Denied { reason } => {
+            eprintln!("keel: run denied: {reason}; the turn ended without a wider retry");
+            exit::DENIED
+        }
     }
 }
 
@@ -432,6 +440,7 @@ async fn resume(session: &str, task: Option<String>, options: RunOptions) -> any
     else {
         bail!("session {session_id} has no session_created event");
     };
+    crate::seal::refuse_sealed(session_id, &events)?;
     let workspace = canonical_workspace(Some(Path::new(workspace)))?;
     if options.workspace.is_some() {
         eprintln!("keel: -C is ignored on resume: the session is bound to {}", workspace.display());

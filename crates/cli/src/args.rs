@@ -54,6 +54,15 @@ pub(crate) enum Command {
         #[command(flatten)]
         options: RunOptions,
     },
+    /// Make a session inert: it never runs agent code again (`log` and `sessions` still
+    /// show it; `resume` refuses it).
+    Seal {
+        /// Session id or unique prefix.
+        session: String,
+        /// Why, recorded in the ledger (default: "sealed by the user").
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
     /// Cancel the session's active run.
     Stop {
         /// Session id or unique prefix.

@@ -6,11 +6,13 @@
 mod app;
 mod args;
 mod config;
+mod failpoints;
 mod mcp;
 mod output;
 mod permission;
 mod pricing;
 mod provider;
+mod seal;
 mod tokens;
 
 use std::process::ExitCode;

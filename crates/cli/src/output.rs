@@ -182,14 +182,22 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
             }
             line
         }
+        EventKind::BoundaryRevised { revision, boundary, justification } => format!(
+            "#{seq} boundary widened (revision {revision}): read {:?}, write {:?}, network {} — {}",
+            boundary.read,
+            boundary.write,
+            if boundary.network { "on" } else { "off" },
+            clip(justification, 200)
+        ),
         EventKind::GateDecision { call_id, decision, reason, .. } => {
             format!("#{seq}   gate {call_id}: {} ({reason})", serde_plain(decision))
         }
         EventKind::PermissionRequested { call_id, tool, access, .. } => {
             format!("#{seq}   permission asked {call_id}: {tool} ({})", access.as_str())
         }
-        EventKind::PermissionSettled { call_id, answer, by, .. } => {
-            format!("#{seq}   permission {call_id}: {} by {by}", serde_plain(answer))
+        EventKind::PermissionSettled { call_id, answer, by, expires_at, .. } => {
+            let until = expires_at.map(|at| format!(" until {at}")).unwrap_or_default();
+            format!("#{seq}   permission {call_id}: {} by {by}{until}", serde_plain(answer))
         }
         EventKind::ToolAttemptPrepared { call_id, tool, .. } => {
             format!("#{seq}   run {call_id}: {tool}")
@@ -210,7 +218,8 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
         EventKind::RunCompleted { reason, usage }
         | EventKind::RunFailed { reason, usage }
         | EventKind::RunSuspended { reason, usage }
-        | EventKind::RunCancelled { reason, usage } => format!(
+        | EventKind::RunCancelled { reason, usage }
+        | EventKind::RunDenied { reason, usage } => format!(
             "#{seq} {}: {reason} · {} in / {} out tokens over {} responses · cost {}",
             event.kind.name(),
             usage.input_tokens,

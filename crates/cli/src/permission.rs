@@ -22,7 +22,8 @@ impl PermissionHook for TerminalPrompt {
     async fn decide(&self, request: &PermissionRequest<'_>) -> (PermissionAnswer, String) {
         let question = format!(
             "\nkeel wants to run {} ({} access) with arguments:\n  {}\n\
-             Allow? [y] once  [s] for this session (tool '{}', any arguments)  [n] deny: ",
+             Allow? [y] once  [e] this exact call again for 24 h  [s] for this session (tool '{}', \
+             any arguments)  [n] deny: ",
             request.tool,
             request.access.as_str(),
             request.arguments,
@@ -41,6 +42,7 @@ impl PermissionHook for TerminalPrompt {
                 match line.trim().to_ascii_lowercase().as_str() {
                     "y" | "yes" => return PermissionAnswer::AllowOnce,
                     "s" | "session" => return PermissionAnswer::AllowSession,
+                    "e" | "exact" => return PermissionAnswer::AllowExact,
                     "n" | "no" | "" => return PermissionAnswer::Deny,
                     _ => {}
                 }

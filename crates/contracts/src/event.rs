@@ -90,8 +90,24 @@ pub enum PermissionAnswer {
     AllowOnce,
     /// Allow this tool for the rest of the session (a durable grant).
     AllowSession,
+    /// Allow this exact call (same tool, same arguments) again without asking, until the
+    /// grant's mandatory expiry: an execution grant, keyed to the session and the SHA-256
+    /// of the arguments.
+    AllowExact,
     /// Deny: the call is refused.
     Deny,
+}
+
+/// Extra room outside the workspace that the user granted a session through
+/// `request_boundary`. Cumulative: each revision holds everything granted so far.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Boundary {
+    /// Extra read-only paths (absolute).
+    pub read: Vec<String>,
+    /// Extra read-write paths (absolute).
+    pub write: Vec<String>,
+    /// Whether commands may use the network.
+    pub network: bool,
 }
 
 /// Usage summed over responses. Responses that reported no usage are counted, so a total
@@ -362,6 +378,22 @@ pub enum EventKind {
         answer: PermissionAnswer,
         /// Who answered (`user`, `approval=auto`, `rule:…`, `grant`).
         by: String,
+        /// For an execution grant: the SHA-256 of the exact arguments it covers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments_sha256: Option<String>,
+        /// For an execution grant: when it expires (mandatory for a grant to be used).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_at: Option<DateTime<Utc>>,
+    },
+    /// The user approved a `request_boundary`: commands of this session now run with a
+    /// wider boundary.
+    BoundaryRevised {
+        /// 1 for the first widening, then 2, …
+        revision: u32,
+        /// The whole boundary granted so far.
+        boundary: Boundary,
+        /// The agent's justification, as shown to the user.
+        justification: String,
     },
     /// A tool is about to be invoked. Committed durably before any effect.
     ToolAttemptPrepared {
@@ -419,6 +451,14 @@ pub enum EventKind {
         /// Usage totals for the run.
         usage: UsageTotals,
     },
+    /// A permission denial finalized the turn (a refused `request_boundary`): the agent
+    /// must not retry wider.
+    RunDenied {
+        /// Why.
+        reason: String,
+        /// Usage totals for the run.
+        usage: UsageTotals,
+    },
     /// The run was cancelled; every open call was answered `cancelled`.
     RunCancelled {
         /// Why.
@@ -453,6 +493,8 @@ impl EventKind {
             EventKind::RunFailed { .. } => "run_failed",
             EventKind::RunSuspended { .. } => "run_suspended",
             EventKind::RunCancelled { .. } => "run_cancelled",
+            EventKind::RunDenied { .. } => "run_denied",
+            EventKind::BoundaryRevised { .. } => "boundary_revised",
         }
     }
 
@@ -462,7 +504,8 @@ impl EventKind {
             EventKind::RunCompleted { .. }
             | EventKind::RunFailed { .. }
             | EventKind::RunSuspended { .. }
-            | EventKind::RunCancelled { .. } => true,
+            | EventKind::RunCancelled { .. }
+            | EventKind::RunDenied { .. } => true,
             EventKind::SessionCreated { .. }
             | EventKind::SessionSealed { .. }
             | EventKind::TurnStarted { .. }
@@ -479,7 +522,8 @@ impl EventKind {
             | EventKind::PermissionSettled { .. }
             | EventKind::ToolAttemptPrepared { .. }
             | EventKind::ToolResult { .. }
-            | EventKind::ShadowIntent { .. } => false,
+            | EventKind::ShadowIntent { .. }
+            | EventKind::BoundaryRevised { .. } => false,
         }
     }
 }

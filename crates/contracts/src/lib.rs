@@ -40,13 +40,13 @@ pub use context::{
     estimate_messages_tokens, estimate_request_tokens,
 };
 pub use envelope::{
-    Authorization, Envelope, ExecutionMode, REFUSAL_FORBIDDEN, REFUSAL_NOT_IN_READS,
-    REFUSAL_NOT_IN_WRITES, REFUSAL_PERMISSION_DENIED, REFUSAL_SHADOW, Scope,
+    Authorization, Envelope, ExecutionMode, REFUSAL_BOUNDARY_DENIED, REFUSAL_FORBIDDEN,
+    REFUSAL_NOT_IN_READS, REFUSAL_NOT_IN_WRITES, REFUSAL_PERMISSION_DENIED, REFUSAL_SHADOW, Scope,
     authorize_tool_invocation, effects_require_consent, executes_in_shadow, requires_consent,
 };
 pub use event::{
-    ApprovalMode, CarriedContext, Decision, EventKind, Evidence, Lineage, PermissionAnswer,
-    RuntimeEvent, SandboxMode, UsageTotals,
+    ApprovalMode, Boundary, CarriedContext, Decision, EventKind, Evidence, Lineage,
+    PermissionAnswer, RuntimeEvent, SandboxMode, UsageTotals,
 };
 pub use fence::{NEUTRALISED_MARKER, UNTRUSTED_POLICY, fence_untrusted, neutralise_markers};
 pub use ids::{AttemptId, RunId, Seq, SessionId, ToolCallId, TurnId};

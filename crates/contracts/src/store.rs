@@ -22,6 +22,8 @@ pub enum SessionStatus {
     Suspended,
     /// The last run was cancelled.
     Cancelled,
+    /// The last run ended because a permission denial finalized the turn.
+    Denied,
     /// The session is sealed.
     Sealed,
 }
@@ -36,6 +38,7 @@ impl SessionStatus {
             SessionStatus::Failed => "failed",
             SessionStatus::Suspended => "suspended",
             SessionStatus::Cancelled => "cancelled",
+            SessionStatus::Denied => "denied",
             SessionStatus::Sealed => "sealed",
         }
     }

@@ -150,6 +150,8 @@ pub struct ToolContext {
     pub call_id: ToolCallId,
     /// The boundary commands and file access must run inside.
     pub sandbox: SandboxMode,
+    /// Extra room the user granted the session (`request_boundary`), beyond the workspace.
+    pub boundary: crate::Boundary,
 }
 
 /// A tool the kernel can invoke.

@@ -247,6 +247,9 @@ impl crate::Kernel {
             crate::TurnOutcome::Cancelled { reason } => {
                 (Outcome::Cancelled, format!("cancelled: {reason}"))
             }
+            crate::TurnOutcome::Denied { reason } => {
+                (Outcome::Refused, format!("denied: {reason}"))
+            }
         };
         Ok(AgentAnswer {
             output: ToolOutput { outcome, content: format!("agent {child_session} {text}") },

@@ -14,7 +14,70 @@ pub(crate) fn tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(Checklist::new("todo", TODO_DESCRIPTION)),
         Arc::new(Checklist::new("plan", PLAN_DESCRIPTION)),
         Arc::new(ReadToolResult::new()),
+        Arc::new(RequestBoundary::new()),
     ]
+}
+
+/// `request_boundary`.
+pub(crate) const REQUEST_BOUNDARY: &str = "request_boundary";
+
+/// `request_boundary(paths?, network?, justification)`: asks the user to widen the
+/// session's boundary by exact paths (read or write) and/or network access. Carried out by
+/// the kernel through the permission path; [`Tool::invoke`] is never reached.
+#[derive(Debug)]
+struct RequestBoundary {
+    spec: ToolSpec,
+}
+
+impl RequestBoundary {
+    fn new() -> RequestBoundary {
+        RequestBoundary {
+            spec: ToolSpec {
+                name: REQUEST_BOUNDARY.to_owned(),
+                description: "Ask the user to let commands reach beyond the workspace: exact \
+                              paths (read or write) and/or the network, with a justification. \
+                              One request at a time. If approved, retry the call that needed \
+                              it; if denied, the turn ends: do not ask again wider."
+                    .to_owned(),
+                parameters: serde_json::json!({
+                    "type": "object",
+                    "properties": {
+                        "paths": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "path": {"type": "string", "minLength": 1},
+                                    "access": {"enum": ["read", "write"]}
+                                },
+                                "required": ["path", "access"],
+                                "additionalProperties": false
+                            }
+                        },
+                        "network": {"type": "boolean"},
+                        "justification": {"type": "string", "minLength": 1}
+                    },
+                    "required": ["justification"],
+                    "additionalProperties": false
+                }),
+                access: Access::Read,
+                effects: Effects::LOCAL_READ,
+                intrinsic: true,
+                first_party: true,
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for RequestBoundary {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn invoke(&self, _context: &ToolContext, _arguments: &serde_json::Value) -> ToolOutput {
+        ToolOutput::error("error: request_boundary is carried out by the kernel")
+    }
 }
 
 /// `read_tool_result`.

@@ -100,6 +100,8 @@ pub struct RunConfig {
     pub rules: PermissionRules,
     /// How often the store is polled for a `keel stop` request.
     pub cancel_poll: Duration,
+    /// How long an execution grant ("allow this exact call again") lasts. Mandatory.
+    pub grant_ttl: Duration,
 }
 
 /// How a turn's run ended. The ledger holds the matching terminal event.
@@ -127,7 +129,15 @@ pub enum TurnOutcome {
         /// Why.
         reason: String,
     },
+    /// A permission denial finalized the turn (a refused `request_boundary`).
+    Denied {
+        /// Why.
+        reason: String,
+    },
 }
+
+/// The default lifetime of an execution grant: 24 hours.
+pub const DEFAULT_GRANT_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// The result of driving a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -219,8 +229,11 @@ impl Kernel {
         tools: Vec<Arc<dyn Tool>>,
     ) -> std::result::Result<Kernel, crate::RegistryError> {
         let deps = KernelDeps { tools, ..self.deps.clone() };
-        Ok(Kernel::at_depth(deps, self.depth + 1, self.max_agent_depth)?
-            .with_failpoints(self.failpoints.clone()))
+        let mut child = Kernel::at_depth(deps, self.depth + 1, self.max_agent_depth)?
+            .with_failpoints(self.failpoints.clone());
+        // A sub-agent never widens a boundary: it shrinks, never escapes.
+        child.registry = child.registry.without(crate::intrinsic::REQUEST_BOUNDARY);
+        Ok(child)
     }
 
     /// The tool registry.
@@ -422,6 +435,17 @@ impl Kernel {
             .await?;
 
         let mut usage = UsageTotals::default();
+        let (boundary_revision, boundary_so_far) = ledger
+            .events
+            .iter()
+            .rev()
+            .find_map(|event| match &event.kind {
+                EventKind::BoundaryRevised { revision, boundary, .. } => {
+                    Some((*revision, boundary.clone()))
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
         let started = tokio::time::Instant::now();
         let deadline = config.budget.max_time.map(|max_time| started + max_time);
         let mut calls = CallState::new(
@@ -437,6 +461,8 @@ impl Kernel {
                 deadline,
                 run: config.clone(),
                 failpoints: self.failpoints.clone(),
+                boundary: boundary_so_far.clone(),
+                revision: boundary_revision,
             },
         );
         let mut spent = Spent::default();
@@ -631,11 +657,17 @@ impl Kernel {
                 };
             }
             calls.remaining = config.budget.remaining(&spent);
+            calls.begin_step();
             let mut cancelled = false;
             let mut out_of_time = false;
+            let mut denied: Option<String> = None;
             for call in &tool_calls {
                 if out_of_time {
                     calls.answer_stopped_early(&mut ledger, turn_id, run_id, call).await?;
+                    continue;
+                }
+                if denied.is_some() {
+                    calls.answer_cancelled(&mut ledger, turn_id, run_id, call).await?;
                     continue;
                 }
                 if cancelled || cancel.is_cancelled() {
@@ -645,6 +677,7 @@ impl Kernel {
                 }
                 let settled = calls.settle(&mut ledger, turn_id, run_id, call, cancel).await?;
                 out_of_time = settled == Settled::OutOfTime;
+                denied = calls.take_denial();
             }
             // What children spent counts against this run.
             let child_spent = calls.take_child_spent();
@@ -652,6 +685,9 @@ impl Kernel {
             spent.tokens +=
                 child_spent.input_tokens + child_spent.output_tokens + child_spent.reasoning_tokens;
             spent.cost_usd += child_spent.cost_usd.unwrap_or(0.0);
+            if let Some(reason) = denied {
+                break TurnOutcome::Denied { reason };
+            }
             if out_of_time {
                 let max = config.budget.max_time.unwrap_or_default().as_millis();
                 break TurnOutcome::Suspended {
@@ -695,6 +731,9 @@ impl Kernel {
             }
             TurnOutcome::Cancelled { reason } => {
                 EventKind::RunCancelled { reason: reason.clone(), usage }
+            }
+            TurnOutcome::Denied { reason } => {
+                EventKind::RunDenied { reason: reason.clone(), usage }
             }
         };
         self.failpoints.hit(Failpoint::BeforeTerminal).await;

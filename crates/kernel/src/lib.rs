@@ -1,6 +1,7 @@
 //! keel-kernel: the durable, policy-gated turn loop (DESIGN.md §3).
 //!
-//! Entry points: [`Kernel::create_session`], [`Kernel::run_turn`] and [`Kernel::resume`].
+//! Entry points: [`Kernel::create_session`], [`Kernel::run_turn`] and [`Kernel::resume`];
+//! [`Kernel::seal_session`] makes a session inert.
 //! The kernel receives every adapter through [`KernelDeps`] and never names a concrete
 //! store, provider or tool.
 //!
@@ -28,14 +29,15 @@ mod permission;
 pub mod projection;
 pub mod recovery;
 mod registry;
+mod seal;
 mod settlement;
 
 pub use cancel::Cancellation;
 pub use error::{KernelError, Result};
 pub use failpoint::{Failpoint, Failpoints, NoFailpoints};
 pub use kernel::{
-    DEFAULT_MAX_AGENT_DEPTH, Instruction, Kernel, KernelDeps, NoopObserver, Observer, RunConfig,
-    RunReport, SessionConfig, TurnOutcome,
+    DEFAULT_GRANT_TTL, DEFAULT_MAX_AGENT_DEPTH, Instruction, Kernel, KernelDeps, NoopObserver,
+    Observer, RunConfig, RunReport, SessionConfig, TurnOutcome,
 };
 pub use permission::{PermissionHook, PermissionRequest, StaticPermissions};
 pub use registry::{AgentTools, Registry, RegistryError};

@@ -40,7 +40,9 @@ impl PermissionHook for StaticPermissions {
     async fn decide(&self, _request: &PermissionRequest<'_>) -> (PermissionAnswer, String) {
         let by = match self.0 {
             PermissionAnswer::Deny => "approval=deny",
-            PermissionAnswer::AllowOnce | PermissionAnswer::AllowSession => "approval=auto",
+            PermissionAnswer::AllowOnce
+            | PermissionAnswer::AllowSession
+            | PermissionAnswer::AllowExact => "approval=auto",
         };
         (self.0, by.to_owned())
     }

@@ -120,7 +120,9 @@ pub fn entries(events: &[RuntimeEvent], inline_limit: Option<usize>) -> Vec<Entr
             | EventKind::RunCompleted { .. }
             | EventKind::RunFailed { .. }
             | EventKind::RunSuspended { .. }
-            | EventKind::RunCancelled { .. } => {}
+            | EventKind::RunCancelled { .. }
+            | EventKind::RunDenied { .. }
+            | EventKind::BoundaryRevised { .. } => {}
         }
     }
     flush(&mut out, &mut pending);

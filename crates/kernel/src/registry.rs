@@ -86,6 +86,20 @@ impl Registry {
         Ok(Registry { entries, by_name })
     }
 
+    /// This registry without the tool called `name` (keel's own intrinsic tools that a
+    /// session may not have, such as `request_boundary` for sub-agents).
+    pub(crate) fn without(mut self, name: &str) -> Registry {
+        if let Some(index) = self.by_name.remove(name) {
+            self.entries.remove(index);
+            for position in self.by_name.values_mut() {
+                if *position > index {
+                    *position -= 1;
+                }
+            }
+        }
+        self
+    }
+
     /// The tool called `name`, if registered.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.by_name.get(name).map(|&index| &self.entries[index].tool)

@@ -13,7 +13,7 @@ use keel_contracts::{
 
 use crate::children::{AgentCall, Children, is_agent_tool};
 use crate::failpoint::{Failpoint, Failpoints};
-use crate::intrinsic::{READ_TOOL_RESULT, read_tool_result};
+use crate::intrinsic::{READ_TOOL_RESULT, REQUEST_BOUNDARY, read_tool_result};
 use crate::kernel::REPEATED_FAILURE_LIMIT;
 use crate::ledger::Ledger;
 use crate::permission::PermissionRequest;
@@ -53,6 +53,9 @@ pub(crate) struct CallPolicy {
     pub(crate) deadline: Option<tokio::time::Instant>,
     pub(crate) run: crate::RunConfig,
     pub(crate) failpoints: std::sync::Arc<dyn Failpoints>,
+    /// The session's widened boundary at the start of the run, and its revision.
+    pub(crate) boundary: keel_contracts::Boundary,
+    pub(crate) revision: u32,
 }
 
 /// Per-run state of tool settlement.
@@ -75,6 +78,14 @@ pub(crate) struct CallState<'a> {
     deadline: Option<tokio::time::Instant>,
     /// Set when the deadline passed while the last tool ran.
     out_of_time: bool,
+    /// The session's widened boundary so far.
+    boundary: keel_contracts::Boundary,
+    /// Its revision number.
+    revision: u32,
+    /// Whether a boundary negotiation already happened in this step.
+    negotiated_this_step: bool,
+    /// Set when a denial must finalize the turn.
+    denied: Option<String>,
     /// Failed attempts per (tool, arguments digest), for blocking identical repeats.
     failures: BTreeMap<(String, String), u32>,
 }
@@ -135,8 +146,18 @@ impl<'a> CallState<'a> {
         children: &'a dyn Children,
         policy: CallPolicy,
     ) -> CallState<'a> {
-        let CallPolicy { workspace, envelope, mode, sandbox, rules, deadline, run, failpoints } =
-            policy;
+        let CallPolicy {
+            workspace,
+            envelope,
+            mode,
+            sandbox,
+            rules,
+            deadline,
+            run,
+            failpoints,
+            boundary,
+            revision,
+        } = policy;
         CallState {
             deps,
             registry,
@@ -152,6 +173,10 @@ impl<'a> CallState<'a> {
             rules,
             deadline,
             out_of_time: false,
+            boundary,
+            revision,
+            negotiated_this_step: false,
+            denied: None,
             failures: BTreeMap::new(),
         }
     }
@@ -166,6 +191,173 @@ impl<'a> CallState<'a> {
     ) -> Result<()> {
         let call = Call { turn: Some(turn_id), run: Some(run_id), call };
         call.result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into()).await
+    }
+
+    /// Asks for consent (rules first, then the permission hook) and records the request
+    /// and its answer. `None` when the run was cancelled meanwhile (a `cancelled` result is
+    /// recorded then).
+    async fn ask(
+        &self,
+        ledger: &mut Ledger,
+        call: &Call<'_>,
+        access: keel_contracts::Access,
+        ruled: Option<(PermissionAnswer, String)>,
+        arguments_sha256: &str,
+        cancel: &Cancellation,
+    ) -> Result<Option<PermissionAnswer>> {
+        let tool_call = call.call;
+        ledger
+            .append(
+                call.turn,
+                call.run,
+                EventKind::PermissionRequested {
+                    call_id: tool_call.call_id.clone(),
+                    tool: tool_call.name.clone(),
+                    access,
+                    arguments: tool_call.arguments.clone(),
+                },
+            )
+            .await?;
+        let request = PermissionRequest {
+            session_id: ledger.session_id,
+            call_id: &tool_call.call_id,
+            tool: &tool_call.name,
+            access,
+            arguments: &tool_call.arguments,
+        };
+        let (answer, by) = tokio::select! {
+            answer = async {
+                match ruled {
+                    Some(ruled) => ruled,
+                    None => self.deps.permissions.decide(&request).await,
+                }
+            } => answer,
+            () = cancel.cancelled() => {
+                call.result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into()).await?;
+                return Ok(None);
+            }
+        };
+        // An execution grant always carries an expiry and the exact arguments it covers.
+        let (grant_sha256, expires_at) = match answer {
+            PermissionAnswer::AllowExact => (
+                Some(arguments_sha256.to_owned()),
+                chrono::TimeDelta::from_std(self.run.grant_ttl)
+                    .ok()
+                    .and_then(|ttl| self.deps.clock.now().checked_add_signed(ttl)),
+            ),
+            PermissionAnswer::AllowOnce
+            | PermissionAnswer::AllowSession
+            | PermissionAnswer::Deny => (None, None),
+        };
+        ledger
+            .append(
+                call.turn,
+                call.run,
+                EventKind::PermissionSettled {
+                    call_id: tool_call.call_id.clone(),
+                    tool: tool_call.name.clone(),
+                    access,
+                    answer,
+                    by,
+                    arguments_sha256: grant_sha256,
+                    expires_at,
+                },
+            )
+            .await?;
+        Ok(Some(answer))
+    }
+
+    /// `request_boundary`: one negotiation at a time through the permission path; approval
+    /// records a boundary revision, denial finalizes the turn. `None` when cancelled.
+    async fn negotiate_boundary(
+        &mut self,
+        ledger: &mut Ledger,
+        call: &Call<'_>,
+        arguments_sha256: &str,
+        cancel: &Cancellation,
+    ) -> Result<Option<ToolOutput>> {
+        let request: BoundaryRequest = match serde_json::from_value(call.call.arguments.clone()) {
+            Ok(request) => request,
+            Err(error) => {
+                return Ok(Some(ToolOutput::error(format!("error: invalid request: {error}"))));
+            }
+        };
+        if request.justification.trim().is_empty() {
+            return Ok(Some(ToolOutput::error("error: a boundary request needs a justification")));
+        }
+        if request.paths.is_empty() && !request.network {
+            return Ok(Some(ToolOutput::error("error: the request asks for nothing")));
+        }
+        if self.negotiated_this_step {
+            return Ok(Some(ToolOutput::error(
+                "error: one boundary negotiation at a time; wait for the answer to the first",
+            )));
+        }
+        self.negotiated_this_step = true;
+        let workspace = self.workspace.display().to_string();
+        let ruled = self
+            .rules
+            .decide(REQUEST_BOUNDARY, &call.call.arguments, &workspace)
+            .map(|(answer, rule)| (answer, format!("rule:{}", rule.text)));
+        let access = keel_contracts::Access::Write;
+        let Some(answer) = self.ask(ledger, call, access, ruled, arguments_sha256, cancel).await?
+        else {
+            return Ok(None);
+        };
+        if answer == PermissionAnswer::Deny {
+            self.denied = Some("the user denied widening the boundary".to_owned());
+            return Ok(Some(ToolOutput {
+                outcome: Outcome::Refused,
+                content: keel_contracts::REFUSAL_BOUNDARY_DENIED.to_owned(),
+            }));
+        }
+        let mut boundary = self.boundary.clone();
+        for path in &request.paths {
+            let absolute = if path.path.starts_with('/') {
+                path.path.clone()
+            } else {
+                self.workspace.join(&path.path).display().to_string()
+            };
+            let list = match path.access {
+                keel_contracts::Access::Read => &mut boundary.read,
+                keel_contracts::Access::Write => &mut boundary.write,
+            };
+            if !list.contains(&absolute) {
+                list.push(absolute);
+            }
+        }
+        boundary.network |= request.network;
+        self.revision += 1;
+        ledger
+            .append(
+                call.turn,
+                call.run,
+                EventKind::BoundaryRevised {
+                    revision: self.revision,
+                    boundary: boundary.clone(),
+                    justification: request.justification.clone(),
+                },
+            )
+            .await?;
+        self.boundary = boundary;
+        Ok(Some(ToolOutput::ok(format!(
+            "boundary widened (revision {}): read {:?}, write {:?}, network {}. Retry the call that \
+             needed it.",
+            self.revision,
+            self.boundary.read,
+            self.boundary.write,
+            if self.boundary.network { "on" } else { "off" }
+        ))))
+    }
+
+    /// Starts a step: one boundary negotiation per step.
+    pub(crate) fn begin_step(&mut self) {
+        self.negotiated_this_step = false;
+    }
+
+    /// Why the turn must end now (a denied boundary request), if it must.
+    pub(crate) fn take_denial(&mut self) -> Option<String> {
+        self.denied.take()
     }
 
     /// What sub-agents spent since the last call of this.
@@ -267,61 +459,38 @@ impl<'a> CallState<'a> {
                 .decide(name, &tool_call.arguments, &workspace)
                 .map(|(answer, rule)| (answer, format!("rule:{}", rule.text)));
             let denied_by_rule = matches!(ruled, Some((PermissionAnswer::Deny, _)));
-            if let Some(seq) = session_grant(ledger, name).filter(|_| !denied_by_rule) {
+            let now = self.deps.clock.now();
+            let exact =
+                exact_grant(ledger, name, &arguments_sha256, now).filter(|_| !denied_by_rule);
+            if let Some((seq, until)) = exact {
+                let reason = format!(
+                    "grant: this exact call is allowed until {until} (permission_settled #{seq})"
+                );
+                call.gate(ledger, Decision::Allow, &reason).await?;
+            } else if let Some(seq) = session_grant(ledger, name).filter(|_| !denied_by_rule) {
                 let reason = format!("grant: allowed for this session (permission_settled #{seq})");
                 call.gate(ledger, Decision::Allow, &reason).await?;
             } else {
                 let reason = format!("consent required: {} access", spec.access.as_str());
                 call.gate(ledger, Decision::Ask, &reason).await?;
-                ledger
-                    .append(
-                        call.turn,
-                        call.run,
-                        EventKind::PermissionRequested {
-                            call_id: tool_call.call_id.clone(),
-                            tool: name.to_owned(),
-                            access: spec.access,
-                            arguments: tool_call.arguments.clone(),
-                        },
-                    )
-                    .await?;
-                let request = PermissionRequest {
-                    session_id: ledger.session_id,
-                    call_id: &tool_call.call_id,
-                    tool: name,
-                    access: spec.access,
-                    arguments: &tool_call.arguments,
-                };
-                let (answer, by) = tokio::select! {
-                    answer = async {
-                        match ruled {
-                            Some(ruled) => ruled,
-                            None => self.deps.permissions.decide(&request).await,
-                        }
-                    } => answer,
-                    () = cancel.cancelled() => {
+                match self.ask(ledger, &call, spec.access, ruled, &arguments_sha256, cancel).await?
+                {
+                    None => return Ok(()),
+                    Some(PermissionAnswer::Deny) => {
                         return call
-                            .result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into())
+                            .result(
+                                ledger,
+                                None,
+                                Outcome::Refused,
+                                REFUSAL_PERMISSION_DENIED.into(),
+                            )
                             .await;
                     }
-                };
-                ledger
-                    .append(
-                        call.turn,
-                        call.run,
-                        EventKind::PermissionSettled {
-                            call_id: tool_call.call_id.clone(),
-                            tool: name.to_owned(),
-                            access: spec.access,
-                            answer,
-                            by,
-                        },
-                    )
-                    .await?;
-                if answer == PermissionAnswer::Deny {
-                    return call
-                        .result(ledger, None, Outcome::Refused, REFUSAL_PERMISSION_DENIED.into())
-                        .await;
+                    Some(
+                        PermissionAnswer::AllowOnce
+                        | PermissionAnswer::AllowSession
+                        | PermissionAnswer::AllowExact,
+                    ) => {}
                 }
             }
         } else {
@@ -338,7 +507,7 @@ impl<'a> CallState<'a> {
                     call_id: tool_call.call_id.clone(),
                     attempt_id,
                     tool: name.to_owned(),
-                    arguments_sha256,
+                    arguments_sha256: arguments_sha256.clone(),
                 },
             )
             .await?;
@@ -348,7 +517,13 @@ impl<'a> CallState<'a> {
             session_id: ledger.session_id,
             call_id: tool_call.call_id.clone(),
             sandbox: self.sandbox,
+            boundary: self.boundary.clone(),
         };
+        if spec.intrinsic && name == REQUEST_BOUNDARY {
+            let output = self.negotiate_boundary(ledger, &call, &arguments_sha256, cancel).await?;
+            let Some(output) = output else { return Ok(()) };
+            return call.result(ledger, Some(attempt_id), output.outcome, output.content).await;
+        }
         if spec.intrinsic && name == READ_TOOL_RESULT {
             let output = read_tool_result(&ledger.events, &tool_call.arguments);
             return call.result(ledger, Some(attempt_id), output.outcome, output.content).await;
@@ -410,6 +585,46 @@ async fn until(deadline: Option<tokio::time::Instant>) {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
     }
+}
+
+/// The seq and expiry of a valid execution grant for exactly this call: same tool, same
+/// arguments digest, not expired. A grant without an expiry or digest is never used (fail
+/// closed: the user is asked again).
+fn exact_grant(
+    ledger: &Ledger,
+    tool: &str,
+    arguments_sha256: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<(u64, chrono::DateTime<chrono::Utc>)> {
+    ledger.events.iter().rev().find_map(|event| match &event.kind {
+        EventKind::PermissionSettled {
+            tool: granted,
+            answer: PermissionAnswer::AllowExact,
+            arguments_sha256: Some(digest),
+            expires_at: Some(until),
+            ..
+        } if granted == tool && digest == arguments_sha256 && *until > now => {
+            Some((event.seq.0, *until))
+        }
+        _ => None,
+    })
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BoundaryRequest {
+    #[serde(default)]
+    paths: Vec<BoundaryPath>,
+    #[serde(default)]
+    network: bool,
+    justification: String,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BoundaryPath {
+    path: String,
+    access: keel_contracts::Access,
 }
 
 /// The seq of an "allow for this session" answer for `tool` in this session, if any.

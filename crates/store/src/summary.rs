@@ -51,6 +51,7 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         EventKind::RunFailed { .. } => Some(SessionStatus::Failed),
         EventKind::RunSuspended { .. } => Some(SessionStatus::Suspended),
         EventKind::RunCancelled { .. } => Some(SessionStatus::Cancelled),
+        EventKind::RunDenied { .. } => Some(SessionStatus::Denied),
         EventKind::RunComposition { .. }
         | EventKind::ModelRequested { .. }
         | EventKind::ModelResponse { .. }
@@ -62,6 +63,7 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::GateDecision { .. }
         | EventKind::PermissionRequested { .. }
         | EventKind::PermissionSettled { .. }
+        | EventKind::BoundaryRevised { .. }
         | EventKind::ToolAttemptPrepared { .. }
         | EventKind::ToolResult { .. }
         | EventKind::ShadowIntent { .. } => None,

@@ -263,6 +263,7 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         EventKind::RunFailed { .. } => Some(SessionStatus::Failed),
         EventKind::RunSuspended { .. } => Some(SessionStatus::Suspended),
         EventKind::RunCancelled { .. } => Some(SessionStatus::Cancelled),
+        EventKind::RunDenied { .. } => Some(SessionStatus::Denied),
         EventKind::RunComposition { .. }
         | EventKind::ModelRequested { .. }
         | EventKind::ModelResponse { .. }
@@ -274,6 +275,7 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::GateDecision { .. }
         | EventKind::PermissionRequested { .. }
         | EventKind::PermissionSettled { .. }
+        | EventKind::BoundaryRevised { .. }
         | EventKind::ToolAttemptPrepared { .. }
         | EventKind::ToolResult { .. }
         | EventKind::ShadowIntent { .. } => None,

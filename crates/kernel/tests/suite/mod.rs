@@ -1,3 +1,4 @@
+mod boundary;
 mod budgets;
 mod children;
 mod context;

@@ -159,7 +159,9 @@ impl Harness {
             sandbox: SandboxMode::Bypass,
             approval: match self.approval {
                 PermissionAnswer::Deny => ApprovalMode::Deny,
-                PermissionAnswer::AllowOnce | PermissionAnswer::AllowSession => ApprovalMode::Auto,
+                PermissionAnswer::AllowOnce
+                | PermissionAnswer::AllowSession
+                | PermissionAnswer::AllowExact => ApprovalMode::Auto,
             },
             budget: keel_contracts::Budget { max_steps: self.max_steps, ..self.budget },
             price: self.price,
@@ -167,6 +169,7 @@ impl Harness {
             instructions: self.instructions.clone(),
             rules: self.rules.clone(),
             cancel_poll: Duration::from_millis(50),
+            grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
         }
     }
 
@@ -264,8 +267,9 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
             EventKind::PermissionRequested { call_id, access, .. } => {
                 format!("permission_requested {call_id} {}", access.as_str())
             }
-            EventKind::PermissionSettled { call_id, answer, by, .. } => {
-                format!("permission_settled {call_id} {answer:?} by {by}")
+            EventKind::PermissionSettled { call_id, answer, by, expires_at, .. } => {
+                let until = expires_at.map(|at| format!(" until {at}")).unwrap_or_default();
+                format!("permission_settled {call_id} {answer:?} by {by}{until}")
             }
             EventKind::ToolAttemptPrepared { call_id, attempt_id, .. } => {
                 format!("tool_attempt_prepared {call_id}/{}", short(&attempt_id.to_string()))
@@ -282,6 +286,11 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
             EventKind::RunFailed { reason, .. } => format!("run_failed {reason}"),
             EventKind::RunSuspended { reason, .. } => format!("run_suspended {reason}"),
             EventKind::RunCancelled { reason, .. } => format!("run_cancelled {reason}"),
+            EventKind::RunDenied { reason, .. } => format!("run_denied {reason}"),
+            EventKind::BoundaryRevised { revision, boundary, .. } => format!(
+                "boundary_revised {revision} read={:?} write={:?} network={}",
+                boundary.read, boundary.write, boundary.network
+            ),
         };
         out.push_str(&format!("#{} {line}\n", event.seq.0));
     }

@@ -108,6 +108,7 @@ pub(crate) fn context(workspace: &Path) -> ToolContext {
         session_id: SessionId(uuid::Uuid::nil()),
         call_id: ToolCallId::from("c1"),
         sandbox: SandboxMode::Managed,
+        boundary: Default::default(),
     }
 }
 

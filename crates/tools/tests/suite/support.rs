@@ -51,6 +51,7 @@ pub(crate) fn context(root: &Path, sandbox: SandboxMode) -> ToolContext {
         session_id: UuidV7Ids.session_id(),
         call_id: ToolCallId("c1".to_owned()),
         sandbox,
+        boundary: Default::default(),
     }
 }
 
