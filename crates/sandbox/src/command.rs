@@ -13,6 +13,7 @@ use keel_contracts::SandboxMode;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 
+use crate::boundary::Boundary;
 use crate::capture::{CappedBuffer, CapturedText};
 use crate::error::{Result, SandboxError};
 use crate::{managed, sys};
@@ -37,7 +38,9 @@ pub const DRAIN_GRACE: Duration = Duration::from_millis(200);
 pub const DEFAULT_OUTPUT_CAP_BYTES: usize = 64 * 1024;
 
 /// A command to run: program, arguments, working directory, environment overrides,
-/// timeout and output cap.
+/// timeout, output cap, and in managed mode the workspace plus any extra boundary the user
+/// approved ([`CommandSpec::allow_read`], [`CommandSpec::allow_write`],
+/// [`CommandSpec::allow_network`], [`CommandSpec::boundary`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandSpec {
     program: OsString,
@@ -47,6 +50,7 @@ pub struct CommandSpec {
     timeout: Duration,
     output_cap_bytes: usize,
     workspace: Option<PathBuf>,
+    extra: Boundary,
     landlock_abi_ceiling: Option<u8>,
 }
 
@@ -63,6 +67,7 @@ impl CommandSpec {
             timeout,
             output_cap_bytes: DEFAULT_OUTPUT_CAP_BYTES,
             workspace: None,
+            extra: Boundary::default(),
             landlock_abi_ceiling: None,
         }
     }
@@ -108,6 +113,47 @@ impl CommandSpec {
         self
     }
 
+    /// Widens the managed boundary: `path` (a file or a directory, with everything under
+    /// it) becomes readable, read-only. The path must exist: it is resolved to its
+    /// canonical form when the command runs, and [`run`] refuses with
+    /// [`SandboxError::BoundaryPath`] (nothing runs) when it cannot be. No effect in
+    /// bypass mode.
+    #[must_use]
+    pub fn allow_read(mut self, path: impl Into<PathBuf>) -> Self {
+        self.extra.read.push(path.into());
+        self
+    }
+
+    /// Widens the managed boundary: `path` (a file or a directory, with everything under
+    /// it) becomes readable and writable. Protected paths (git hooks and config, `.keel/`)
+    /// inside it stay read-only, and a path inside a `.keel` directory is refused. The
+    /// path must exist, as for [`CommandSpec::allow_read`]. No effect in bypass mode.
+    #[must_use]
+    pub fn allow_write(mut self, path: impl Into<PathBuf>) -> Self {
+        self.extra.write.push(path.into());
+        self
+    }
+
+    /// Allows (`true`) or forbids (`false`, the default) IPv4 and IPv6 sockets in managed
+    /// mode: TCP connect and bind, UDP, DNS. Other socket families (UNIX, netlink, packet)
+    /// stay refused. No effect in bypass mode.
+    #[must_use]
+    pub fn allow_network(mut self, allowed: bool) -> Self {
+        self.extra.network = allowed;
+        self
+    }
+
+    /// Widens the managed boundary by `boundary`: its read and write paths are added (as by
+    /// [`CommandSpec::allow_read`] and [`CommandSpec::allow_write`]) and, when it allows
+    /// the network, the network is allowed. Never narrows what earlier calls granted.
+    #[must_use]
+    pub fn boundary(mut self, boundary: &Boundary) -> Self {
+        self.extra.read.extend(boundary.read.iter().cloned());
+        self.extra.write.extend(boundary.write.iter().cloned());
+        self.extra.network |= boundary.network;
+        self
+    }
+
     /// Treats the kernel as supporting at most this Landlock ABI, so managed mode refuses
     /// when the ceiling is below what it needs. For testing the fail-closed path; it can
     /// only make containment refuse, never weaken it.
@@ -140,6 +186,11 @@ impl CommandSpec {
     /// The writable root in managed mode: the workspace, else the working directory.
     pub fn writable_root(&self) -> &Path {
         self.workspace.as_deref().unwrap_or(&self.cwd)
+    }
+
+    /// The extra boundary granted beyond the workspace (empty by default).
+    pub fn extra_boundary(&self) -> &Boundary {
+        &self.extra
     }
 
     pub(crate) fn landlock_abi_ceiling_value(&self) -> Option<u8> {
@@ -226,6 +277,8 @@ pub struct CommandOutput {
 ///
 /// - [`SandboxError::Unenforceable`] in [`SandboxMode::Managed`] when containment cannot be
 ///   enforced (see [`managed_support`](crate::managed_support)); nothing ran.
+/// - [`SandboxError::BoundaryPath`] in [`SandboxMode::Managed`] when an extra read or write
+///   path does not exist, cannot be canonicalized, or may not be granted; nothing ran.
 /// - [`SandboxError::BadWorkingDirectory`], [`SandboxError::Spawn`],
 ///   [`SandboxError::Wait`] when the process could not be started or awaited.
 ///

@@ -20,6 +20,17 @@ pub enum SandboxError {
         /// What is missing, e.g. `landlock abi 4 or newer`.
         missing: String,
     },
+    /// An extra boundary path ([`CommandSpec::allow_read`](crate::CommandSpec::allow_read),
+    /// [`CommandSpec::allow_write`](crate::CommandSpec::allow_write)) cannot be granted: it
+    /// does not exist, cannot be resolved to a canonical path, or lies inside a protected
+    /// path. Nothing was run.
+    #[error("boundary path {} cannot be granted ({reason}); the command was not run", path.display())]
+    BoundaryPath {
+        /// The path as given.
+        path: PathBuf,
+        /// Why, e.g. `No such file or directory (os error 2)`.
+        reason: String,
+    },
     /// The working directory does not exist or is not a directory.
     #[error("working directory {} is not a directory", cwd.display())]
     BadWorkingDirectory {

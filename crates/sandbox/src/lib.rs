@@ -27,14 +27,28 @@
 //! and applied in the child before `exec`, so no helper binary is needed. When any of it
 //! cannot be enforced, [`run`] returns [`SandboxError::Unenforceable`] and nothing runs;
 //! [`managed_support`] reports up front whether (and how far) it can be enforced.
-//! [`SandboxMode::Bypass`] runs on the host by explicit user choice.
+//!
+//! A boundary the user widened on purpose (the kernel's `request_boundary`, recorded in the
+//! ledger) reaches a command as extra exact paths and a network switch:
+//! [`CommandSpec::allow_read`], [`CommandSpec::allow_write`], [`CommandSpec::allow_network`],
+//! or a [`Boundary`] through [`CommandSpec::boundary`]. Extra paths are resolved to canonical
+//! paths and granted by Landlock; one that does not exist is a
+//! [`SandboxError::BoundaryPath`] and nothing runs. Protected paths inside an extra
+//! writable path stay read-only. With the network allowed, IPv4 and IPv6 sockets work (no
+//! Landlock TCP rule, no seccomp refusal for them); every other socket family stays
+//! refused.
+//!
+//! [`SandboxMode::Bypass`] runs on the host by explicit user choice; the extra boundary
+//! means nothing there.
 
+mod boundary;
 mod capture;
 mod command;
 mod error;
 mod managed;
 mod sys;
 
+pub use boundary::Boundary;
 pub use capture::CapturedText;
 pub use command::{
     CommandOutput, CommandSpec, DEFAULT_OUTPUT_CAP_BYTES, DRAIN_GRACE, NON_INTERACTIVE_ENV,

@@ -75,7 +75,8 @@ pub fn managed_support(landlock_abi_ceiling: Option<u8>) -> Result<ManagedSuppor
     if !sys::seccomp_available() {
         return Err(unenforceable("seccomp filters"));
     }
-    seccomp::filters().map_err(|reason| unenforceable(&reason))?;
+    seccomp::filters(false).map_err(|reason| unenforceable(&reason))?;
+    seccomp::filters(true).map_err(|reason| unenforceable(&reason))?;
     let enforced = filesystem::Enforced::for_abi(abi);
     Ok(ManagedSupport {
         landlock_abi: abi,
@@ -113,14 +114,37 @@ pub(crate) fn prepare(spec: &CommandSpec) -> Result<Prepared> {
         .canonicalize()
         .map_err(|error| unenforceable(&format!("a private temporary directory: {error}")))?;
 
+    let extra = spec.extra_boundary();
+    let extra_read =
+        extra.read.iter().map(|path| canonical_extra(path)).collect::<Result<Vec<_>>>()?;
+    let extra_write =
+        extra.write.iter().map(|path| canonical_extra(path)).collect::<Result<Vec<_>>>()?;
+    for (given, path) in extra.write.iter().zip(&extra_write) {
+        if path.components().any(|component| component.as_os_str() == ".keel") {
+            return Err(SandboxError::BoundaryPath {
+                path: given.clone(),
+                reason: format!("{} lies inside a protected .keel directory", path.display()),
+            });
+        }
+    }
+
     let home = env_value(spec, "HOME").map(PathBuf::from);
     let path_var = env_value(spec, "PATH");
-    let policy = filesystem::policy(&workspace, &temp_path, home.as_deref(), path_var.as_deref());
-    let ruleset = filesystem::ruleset(&policy, filesystem::Enforced::for_abi(support.landlock_abi))
-        .map_err(|reason| unenforceable(&reason))?;
-    let seccomp_filters = seccomp::filters().map_err(|reason| unenforceable(&reason))?;
+    let mut policy =
+        filesystem::policy(&workspace, &temp_path, home.as_deref(), path_var.as_deref());
+    policy.extra_read = extra_read;
+    policy.extra_write = extra_write;
+    let ruleset = filesystem::ruleset(
+        &policy,
+        filesystem::Enforced::for_abi(support.landlock_abi),
+        extra.network,
+    )
+    .map_err(|reason| unenforceable(&reason))?;
+    let seccomp_filters =
+        seccomp::filters(extra.network).map_err(|reason| unenforceable(&reason))?;
 
-    let protected = protected::find(&workspace).map_err(|reason| unenforceable(&reason))?;
+    let protected = protected::find(&workspace, &policy.extra_write)
+        .map_err(|reason| unenforceable(&reason))?;
     let mut mounts = Vec::new();
     for path in &protected.pinned {
         mounts.push(BindMount { path: c_path(path)?, read_only_flags: None });
@@ -219,6 +243,15 @@ fn env_value(spec: &CommandSpec, key: &str) -> Option<OsString> {
 fn is_secret_name(key: &OsStr) -> bool {
     let key = key.to_string_lossy().to_ascii_uppercase();
     SECRET_ENV_WORDS.iter().any(|word| key.contains(word)) || key == "SSH_AUTH_SOCK"
+}
+
+/// The canonical form of an extra boundary path, which must exist.
+fn canonical_extra(path: &Path) -> Result<PathBuf> {
+    let refuse = |reason: String| SandboxError::BoundaryPath { path: path.to_owned(), reason };
+    if !path.is_absolute() {
+        return Err(refuse("not an absolute path".to_owned()));
+    }
+    path.canonicalize().map_err(|error| refuse(error.to_string()))
 }
 
 fn c_path(path: &Path) -> Result<CString> {

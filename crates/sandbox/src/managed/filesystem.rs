@@ -11,6 +11,9 @@
 //! - Read and write: the workspace and the per-run temporary directory. Device nodes
 //!   cannot be created anywhere.
 //! - `/dev/null`, `/dev/zero`, `/dev/full`, `/dev/random`, `/dev/urandom`: read and write.
+//! - The extra paths of a widened boundary (canonical, checked to exist): read-only or read
+//!   and write. Unlike the system paths above, one that cannot be opened fails the ruleset.
+//!   With the network allowed, TCP is not handled at all.
 
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
@@ -63,6 +66,10 @@ pub(crate) struct FsPolicy {
     pub(crate) read_only: Vec<PathBuf>,
     pub(crate) read_write: Vec<PathBuf>,
     pub(crate) devices: Vec<PathBuf>,
+    /// Extra read-only paths of a widened boundary: each must be granted.
+    pub(crate) extra_read: Vec<PathBuf>,
+    /// Extra read-write paths of a widened boundary: each must be granted.
+    pub(crate) extra_write: Vec<PathBuf>,
 }
 
 /// The policy for one run.
@@ -161,8 +168,13 @@ impl Enforced {
 }
 
 /// Compiles `policy` into a Landlock ruleset for `abi` (already checked to be at least
-/// [`MIN_LANDLOCK_ABI`]). Every requested right is a hard requirement.
-pub(crate) fn ruleset(policy: &FsPolicy, enforced: Enforced) -> Result<OwnedFd, String> {
+/// [`MIN_LANDLOCK_ABI`]). Every requested right is a hard requirement. `network` leaves TCP
+/// unhandled (allowed) even where the ABI could deny it.
+pub(crate) fn ruleset(
+    policy: &FsPolicy,
+    enforced: Enforced,
+    network: bool,
+) -> Result<OwnedFd, String> {
     let abi = match enforced.abi {
         3 => ABI::V3,
         4 => ABI::V4,
@@ -178,7 +190,7 @@ pub(crate) fn ruleset(policy: &FsPolicy, enforced: Enforced) -> Result<OwnedFd, 
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(handled)
         .map_err(landlock_error)?;
-    if enforced.tcp {
+    if enforced.tcp && !network {
         ruleset = ruleset.handle_access(AccessNet::from_all(ABI::V4)).map_err(landlock_error)?;
     }
     if enforced.scopes {
@@ -194,6 +206,17 @@ pub(crate) fn ruleset(policy: &FsPolicy, enforced: Enforced) -> Result<OwnedFd, 
     for (path, access) in grants {
         // Paths that do not exist on this machine (`/lib32`, `/nix/store`) grant nothing.
         let Ok(fd) = PathFd::new(path) else { continue };
+        let access = if path.is_dir() { access } else { access & AccessFs::from_file(abi) };
+        created = created.add_rule(PathBeneath::new(fd, access)).map_err(landlock_error)?;
+    }
+    let extra = policy
+        .extra_read
+        .iter()
+        .map(|path| (path, read_only))
+        .chain(policy.extra_write.iter().map(|path| (path, read_write)));
+    for (path, access) in extra {
+        let fd = PathFd::new(path)
+            .map_err(|error| format!("landlock: cannot open {}: {error}", path.display()))?;
         let access = if path.is_dir() { access } else { access & AccessFs::from_file(abi) };
         created = created.add_rule(PathBeneath::new(fd, access)).map_err(landlock_error)?;
     }

@@ -23,6 +23,10 @@
 //! cannot be renamed, so `mv vendor elsewhere` cannot move a protected repository away and
 //! leave room for a planted one at its old path.
 //!
+//! An extra writable path of a widened boundary gets the same treatment for the
+//! repositories under it (and an existing `.keel/` directly in it); one inside a git
+//! directory protects that git directory's hooks and config.
+//!
 //! Not covered (see SECURITY.md): a repository the sandboxed command creates itself, and
 //! bare repositories not named `.git`.
 
@@ -43,8 +47,13 @@ pub(crate) struct ProtectedPaths {
     pub(crate) missing_commondir: Vec<PathBuf>,
 }
 
-/// Finds (and where needed creates) the protected paths under the canonical `workspace`.
-pub(crate) fn find(workspace: &Path) -> Result<ProtectedPaths, String> {
+/// Finds (and where needed creates) the protected paths under the canonical `workspace`
+/// and under each canonical extra writable path of a widened boundary.
+///
+/// For an extra writable path: the repositories under it are protected like the
+/// workspace's, an existing `.keel/` directly in it is read-only (none is created there),
+/// and when it lies inside a git directory that git directory is protected too.
+pub(crate) fn find(workspace: &Path, extra_write: &[PathBuf]) -> Result<ProtectedPaths, String> {
     let mut protected = ProtectedPaths::default();
     let keel_dir = workspace.join(".keel");
     if keel_dir.symlink_metadata().is_err() {
@@ -53,23 +62,74 @@ pub(crate) fn find(workspace: &Path) -> Result<ProtectedPaths, String> {
     }
     protected.read_only.push(keel_dir);
 
+    let writable: Vec<&Path> =
+        std::iter::once(workspace).chain(extra_write.iter().map(PathBuf::as_path)).collect();
     let mut n_scanned = 0_usize;
-    let mut stack = vec![workspace.to_owned()];
+    scan(workspace, &writable, &mut protected, &mut n_scanned)?;
+    for root in extra_write {
+        if let Some(git_dir) = root
+            .ancestors()
+            .find(|dir| dir.file_name() == Some(std::ffi::OsStr::new(".git")) && dir.is_dir())
+        {
+            protect_git_dir(&writable, git_dir, &mut protected)?;
+        }
+        if root.is_dir() {
+            let keel_dir = root.join(".keel");
+            if keel_dir.symlink_metadata().is_ok() {
+                protected.read_only.push(keel_dir);
+            }
+            scan(root, &writable, &mut protected, &mut n_scanned)?;
+        }
+    }
+
+    let mut ancestors = Vec::new();
+    for path in protected.pinned.iter().chain(&protected.read_only) {
+        for root in &writable {
+            let mut ancestor = path.parent();
+            while let Some(dir) = ancestor
+                && dir != *root
+                && dir.starts_with(root)
+            {
+                ancestors.push(dir.to_owned());
+                ancestor = dir.parent();
+            }
+        }
+    }
+    // Read-only directories need no pin of their own.
+    ancestors.retain(|dir| !protected.read_only.contains(dir));
+    protected.pinned.extend(ancestors);
+    protected.pinned.sort();
+    protected.pinned.dedup();
+    protected.read_only.sort();
+    protected.read_only.dedup();
+    protected.missing_commondir.sort();
+    protected.missing_commondir.dedup();
+    Ok(protected)
+}
+
+/// Protects every repository found under `root` (`.git` directories and files).
+fn scan(
+    root: &Path,
+    writable: &[&Path],
+    protected: &mut ProtectedPaths,
+    n_scanned: &mut usize,
+) -> Result<(), String> {
+    let mut stack = vec![root.to_owned()];
     while let Some(dir) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
         for entry in entries.flatten() {
-            n_scanned += 1;
-            if n_scanned > MAX_SCANNED_ENTRIES {
+            *n_scanned += 1;
+            if *n_scanned > MAX_SCANNED_ENTRIES {
                 return Err(format!(
-                    "the workspace has more than {MAX_SCANNED_ENTRIES} entries to scan for \
-                     nested git repositories"
+                    "the workspace and extra writable paths have more than \
+                     {MAX_SCANNED_ENTRIES} entries to scan for nested git repositories"
                 ));
             }
             let Ok(file_type) = entry.file_type() else { continue };
             let path = entry.path();
             if entry.file_name() == ".git" {
                 if file_type.is_dir() {
-                    protect_git_dir(workspace, &path, &mut protected)?;
+                    protect_git_dir(writable, &path, protected)?;
                 } else if file_type.is_file() {
                     protected.read_only.push(path);
                 }
@@ -81,29 +141,11 @@ pub(crate) fn find(workspace: &Path) -> Result<ProtectedPaths, String> {
             }
         }
     }
-    let mut ancestors = Vec::new();
-    for path in protected.pinned.iter().chain(&protected.read_only) {
-        let mut ancestor = path.parent();
-        while let Some(dir) = ancestor
-            && dir != workspace
-            && dir.starts_with(workspace)
-        {
-            ancestors.push(dir.to_owned());
-            ancestor = dir.parent();
-        }
-    }
-    // Read-only directories need no pin of their own.
-    ancestors.retain(|dir| !protected.read_only.contains(dir));
-    protected.pinned.extend(ancestors);
-    protected.pinned.sort();
-    protected.pinned.dedup();
-    protected.read_only.sort();
-    protected.read_only.dedup();
-    Ok(protected)
+    Ok(())
 }
 
 fn protect_git_dir(
-    workspace: &Path,
+    writable: &[&Path],
     git_dir: &Path,
     protected: &mut ProtectedPaths,
 ) -> Result<(), String> {
@@ -120,7 +162,7 @@ fn protect_git_dir(
             .map_err(|error| format!("cannot create {}: {error}", config.display()))?;
     }
     if let Some(hooks_path) = configured_hooks_path(&config, git_dir)
-        && hooks_path.starts_with(workspace)
+        && writable.iter().any(|root| hooks_path.starts_with(root))
     {
         if hooks_path.symlink_metadata().is_err() {
             std::fs::create_dir_all(&hooks_path)
@@ -155,7 +197,7 @@ fn protect_git_dir(
             }
             let path = entry.path();
             if path.join("HEAD").is_file() && path.join("objects").is_dir() {
-                protect_git_dir(workspace, &path, protected)?;
+                protect_git_dir(writable, &path, protected)?;
             } else {
                 stack.push(path);
             }
@@ -220,7 +262,7 @@ mod tests {
         std::fs::write(root.join("vendor/lib/.git/config"), "[core]\n\thooksPath = \"../hooks\"\n")
             .unwrap();
 
-        let protected = find(&root).unwrap();
+        let protected = find(&root, &[]).unwrap();
         assert_eq!(
             protected.pinned,
             [
@@ -258,7 +300,7 @@ mod tests {
         let root = dir.path().canonicalize().unwrap().join("ws");
         git_dir(&root.join(".git"));
         std::fs::write(root.join(".git/config"), "[core]\nhooksPath = /tmp/elsewhere\n").unwrap();
-        let protected = find(&root).unwrap();
+        let protected = find(&root, &[]).unwrap();
         assert!(!protected.read_only.iter().any(|path| path.ends_with("elsewhere")));
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! Every `socket(2)` is refused (no network, and no UNIX socket: Landlock before ABI 9
 //! cannot restrict `connect` to a pathname socket such as the Docker or D-Bus socket;
-//! `socketpair(2)` stays allowed). Also refused: tracing other processes, mounting and
+//! `socketpair(2)` stays allowed). When the user allowed the network, `socket(2)` is
+//! allowed for `AF_INET` and `AF_INET6` only; UNIX, netlink, packet and every other family
+//! stay refused. Also refused: tracing other processes, mounting and
 //! namespaces, the kernel keyring, BPF, perf, kernel modules and kexec, io_uring (it can
 //! bypass these syscall checks), opening files by handle (bypasses path checks),
 //! leaving the process group (`setsid`, `setpgid`: the group is how keel cleans up),
@@ -18,7 +20,6 @@ use seccompiler::{
 
 /// System calls refused unconditionally.
 const DENIED: &[libc::c_long] = &[
-    libc::SYS_socket,
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
     libc::SYS_process_vm_writev,
@@ -82,11 +83,12 @@ const NAMESPACE_FLAGS: &[libc::c_int] = &[
 /// Terminal ioctls that inject input into, or control, another program's terminal.
 const DENIED_IOCTLS: &[libc::c_ulong] = &[libc::TIOCSTI, libc::TIOCLINUX];
 
-/// The filters to install, in order. Fails when this architecture is not supported or a
-/// rule does not compile: managed mode then refuses.
-pub(crate) fn filters() -> Result<Vec<BpfProgram>, String> {
+/// The filters to install, in order; `network` allows IPv4 and IPv6 sockets. Fails when
+/// this architecture is not supported or a rule does not compile: managed mode then
+/// refuses.
+pub(crate) fn filters(network: bool) -> Result<Vec<BpfProgram>, String> {
     let arch = target_arch()?;
-    let deny = deny_filter(arch).map_err(|error| format!("seccomp filter: {error}"))?;
+    let deny = deny_filter(arch, network).map_err(|error| format!("seccomp filter: {error}"))?;
     let clone3 = SeccompFilter::new(
         BTreeMap::from([(libc::SYS_clone3, vec![])]),
         SeccompAction::Allow,
@@ -98,11 +100,26 @@ pub(crate) fn filters() -> Result<Vec<BpfProgram>, String> {
     Ok(vec![deny, clone3])
 }
 
-fn deny_filter(arch: TargetArch) -> Result<BpfProgram, seccompiler::BackendError> {
+fn deny_filter(arch: TargetArch, network: bool) -> Result<BpfProgram, seccompiler::BackendError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for syscall in DENIED {
         rules.insert(*syscall, vec![]);
     }
+    let socket_rules = if network {
+        // Refused when the domain is neither AF_INET nor AF_INET6.
+        let not_family = |family: libc::c_int| {
+            SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Ne,
+                u64::from(family.unsigned_abs()),
+            )
+        };
+        vec![SeccompRule::new(vec![not_family(libc::AF_INET)?, not_family(libc::AF_INET6)?])?]
+    } else {
+        vec![]
+    };
+    rules.insert(libc::SYS_socket, socket_rules);
     let mut clone_rules = Vec::new();
     for flag in NAMESPACE_FLAGS {
         let flag = u64::from(flag.unsigned_abs());
@@ -187,8 +204,12 @@ mod tests {
 
     #[test]
     fn filters_compile() {
-        let filters = filters().unwrap();
-        assert_eq!(filters.len(), 2);
-        assert!(filters.iter().all(|filter| !filter.is_empty() && filter.len() < u16::MAX.into()));
+        for network in [false, true] {
+            let filters = filters(network).unwrap();
+            assert_eq!(filters.len(), 2);
+            assert!(
+                filters.iter().all(|filter| !filter.is_empty() && filter.len() < u16::MAX.into())
+            );
+        }
     }
 }
