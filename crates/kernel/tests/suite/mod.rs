@@ -5,5 +5,6 @@ mod context;
 mod dependencies;
 mod gates;
 mod recovery;
+mod seal;
 mod support;
 mod turn_loop;

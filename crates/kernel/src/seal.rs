@@ -1,0 +1,43 @@
+//! Sealing: making a session inert (DESIGN.md §6).
+//!
+//! A sealed session never runs agent code again: once `session_sealed` is durable,
+//! [`Kernel::run_turn`], [`Kernel::resume`] and compaction refuse the session with
+//! [`KernelError::Sealed`] before they append anything or ask the model. The ledger stays
+//! readable; sealing is final.
+
+use keel_contracts::{EventKind, Seq, SessionId};
+
+#[cfg(doc)]
+use crate::KernelError;
+use crate::{Kernel, Result};
+
+impl Kernel {
+    /// Seals `session_id`: appends `session_sealed` with `reason` (no turn, no run), after
+    /// which the session never runs agent code again.
+    ///
+    /// Sealing asks no model, runs no tool and closes no run: a run a dead process left
+    /// open stays as the ledger shows it, and since the session never runs again it is
+    /// never replayed either.
+    ///
+    /// Returns the seq of the `session_sealed` event.
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError::Sealed`] when the session is sealed already (nothing is appended),
+    /// [`KernelError::SessionNotFound`] and [`KernelError::MalformedSession`] as for
+    /// [`Kernel::run_turn`], [`KernelError::Read`] and [`KernelError::Append`] when the
+    /// ledger cannot be read or written (a concurrent append to the session, e.g. a run
+    /// in another process, makes the seal lose with a seq conflict: seal again).
+    ///
+    /// # Cancel safety
+    ///
+    /// The session is sealed if and only if the append completed.
+    pub async fn seal_session(&self, session_id: SessionId, reason: &str) -> Result<Seq> {
+        // `load_session` refuses a sealed session, which is exactly the "already" case.
+        let mut ledger = self.load_session(session_id).await?;
+        let event = ledger
+            .append(None, None, EventKind::SessionSealed { reason: reason.to_owned() })
+            .await?;
+        Ok(event.seq)
+    }
+}
