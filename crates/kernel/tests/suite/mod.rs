@@ -3,6 +3,7 @@ mod budgets;
 mod children;
 mod context;
 mod dependencies;
+mod faults;
 mod gates;
 mod recovery;
 mod seal;
