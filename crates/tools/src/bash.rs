@@ -9,6 +9,7 @@
 //! A command that ran is `ok` whatever its exit status, which the result states; bad
 //! arguments, a sandbox refusal, a spawn failure or a timeout are `error`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -108,16 +109,23 @@ impl Tool for Bash {
             Ok(workspace) => workspace,
             Err(output) => return output,
         };
+        // The room the user granted this session through `request_boundary`.
+        let boundary = keel_sandbox::Boundary {
+            read: context.boundary.read.iter().map(PathBuf::from).collect(),
+            write: context.boundary.write.iter().map(PathBuf::from).collect(),
+            network: context.boundary.network,
+        };
         let spec = CommandSpec::new("bash", workspace.root(), timeout)
             .workspace(workspace.root())
+            .boundary(&boundary)
             .arg("-c")
             .arg(&arguments.command)
             .output_cap_bytes(OUTPUT_CAP_BYTES);
         match keel_sandbox::run(&spec, context.sandbox).await {
             Ok(output) => render(&output),
-            Err(error @ SandboxError::Unenforceable { .. }) => {
-                ToolOutput::error(format!("sandbox refused: {error}"))
-            }
+            Err(
+                error @ (SandboxError::Unenforceable { .. } | SandboxError::BoundaryPath { .. }),
+            ) => ToolOutput::error(format!("sandbox refused: {error}")),
             Err(error) => ToolOutput::error(format!("could not run the command: {error}")),
         }
     }

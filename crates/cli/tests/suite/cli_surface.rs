@@ -512,3 +512,51 @@ fn sub_agents_appear_under_their_parent_in_sessions_tree() {
     assert!(lines[0].contains("ask a child") && !lines[0].starts_with(' '), "{tree}");
     assert!(lines[1].starts_with("  ") && lines[1].contains("Find the answer"), "{tree}");
 }
+
+#[test]
+fn a_boundary_request_widens_managed_bash_when_approved_and_denial_exits_4() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("report.txt");
+    let script = format!(
+        r#"{{"steps":[
+            {{"tool_calls":[{{"name":"bash","arguments":{{"command":"echo one > {target}"}}}}]}},
+            {{"tool_calls":[{{"name":"request_boundary","arguments":{{"paths":[{{"path":"{dir}","access":"write"}}],"justification":"the report goes to the shared folder"}}}}]}},
+            {{"tool_calls":[{{"name":"bash","arguments":{{"command":"echo two > {target}"}}}}],"expect":{{"last_outcomes":["ok"]}}}},
+            {{"text":"written"}}
+        ]}}"#,
+        target = target.display(),
+        dir = outside.path().display()
+    );
+    let model = scripted(&env, &script);
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--approval",
+        "auto",
+        "--json",
+        "t",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = json_lines(&output);
+    let first = events.iter().find(|e| e["kind"] == "tool_result").unwrap();
+    assert!(
+        first["content"].as_str().unwrap().contains("Permission denied"),
+        "managed mode blocked the first write: {first}"
+    );
+    let revised = events.iter().find(|e| e["kind"] == "boundary_revised").unwrap();
+    assert_eq!(revised["revision"], 1);
+    assert_eq!(revised["justification"], "the report goes to the shared folder");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "two\n");
+
+    std::fs::remove_file(&target).unwrap();
+    let output =
+        env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "deny", "t"]);
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert!(stderr(&output).contains("run denied"), "{}", stderr(&output));
+    assert!(!target.exists());
+}

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use keel_contracts::{Outcome, SandboxMode};
 use serde_json::json;
 
-use super::support::{Fixture, wait_dead};
+use super::support::{Fixture, context, tool, wait_dead};
 
 #[tokio::test]
 async fn runs_in_the_workspace_root() {
@@ -126,4 +126,21 @@ async fn file_tools_work_in_managed_mode() {
     assert_eq!(output.content, "     1\tx\n");
     let output = fixture.call("read_file", json!({"path": "../a.txt"})).await;
     assert!(output.content.contains("outside the workspace"));
+}
+
+/// A boundary the user granted through `request_boundary` (carried in the tool context)
+/// widens what the managed sandbox lets a command write; without it the same write fails.
+#[tokio::test]
+async fn a_granted_boundary_widens_managed_bash() {
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("granted.txt");
+    let fixture = Fixture::new();
+    let command = format!("echo hi > {}", target.display());
+    let mut context = context(&fixture.root, keel_contracts::SandboxMode::Managed);
+    let denied = tool("bash").invoke(&context, &serde_json::json!({"command": command})).await;
+    assert!(!target.exists(), "wrote outside the workspace without a grant: {}", denied.content);
+    context.boundary.write.push(outside.path().display().to_string());
+    let granted = tool("bash").invoke(&context, &serde_json::json!({"command": command})).await;
+    assert_eq!(granted.outcome, keel_contracts::Outcome::Ok, "{}", granted.content);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "hi\n");
 }
