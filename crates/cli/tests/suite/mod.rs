@@ -5,4 +5,5 @@ mod mcp_e2e;
 mod openai_e2e;
 mod postgres_e2e;
 mod providers_e2e;
+mod seal;
 mod support;
