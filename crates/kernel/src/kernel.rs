@@ -165,6 +165,8 @@ pub struct Kernel {
     max_agent_depth: u32,
     /// Named points where a crash harness may stop the process.
     failpoints: Arc<dyn Failpoints>,
+    /// Flushed before every terminal event.
+    outbox: Arc<dyn crate::Outbox>,
 }
 
 /// How deep sub-agents may nest by default: a top-level agent may spawn children, which
@@ -213,7 +215,20 @@ impl Kernel {
             crate::AgentTools::Withheld
         };
         let registry = Registry::new(deps.tools.clone(), agents)?;
-        Ok(Kernel { deps, registry, depth, max_agent_depth, failpoints: Arc::new(NoFailpoints) })
+        Ok(Kernel {
+            deps,
+            registry,
+            depth,
+            max_agent_depth,
+            failpoints: Arc::new(NoFailpoints),
+            outbox: Arc::new(crate::NoOutbox),
+        })
+    }
+
+    /// This kernel, flushing `outbox` before every terminal event. Children inherit it.
+    pub fn with_outbox(mut self, outbox: Arc<dyn crate::Outbox>) -> Kernel {
+        self.outbox = outbox;
+        self
     }
 
     /// This kernel, stopping at `failpoints` (crash tests). Children inherit them.
@@ -230,7 +245,8 @@ impl Kernel {
     ) -> std::result::Result<Kernel, crate::RegistryError> {
         let deps = KernelDeps { tools, ..self.deps.clone() };
         let mut child = Kernel::at_depth(deps, self.depth + 1, self.max_agent_depth)?
-            .with_failpoints(self.failpoints.clone());
+            .with_failpoints(self.failpoints.clone())
+            .with_outbox(self.outbox.clone());
         // A sub-agent never widens a boundary: it shrinks, never escapes.
         child.registry = child.registry.without(crate::intrinsic::REQUEST_BOUNDARY);
         Ok(child)
@@ -306,7 +322,7 @@ impl Kernel {
         cancel: &Cancellation,
     ) -> Result<RunReport> {
         let mut ledger = self.load(session_id).await?;
-        recovery::close_dangling_run(&mut ledger, self.deps.ids.as_ref()).await?;
+        recovery::close_dangling_run(&mut ledger, self.outbox.as_ref()).await?;
         let turn_id = self.deps.ids.turn_id();
         ledger
             .append(Some(turn_id), None, EventKind::TurnStarted { input: input.to_owned() })
@@ -332,7 +348,7 @@ impl Kernel {
         cancel: &Cancellation,
     ) -> Result<RunReport> {
         let mut ledger = self.load(session_id).await?;
-        recovery::close_dangling_run(&mut ledger, self.deps.ids.as_ref()).await?;
+        recovery::close_dangling_run(&mut ledger, self.outbox.as_ref()).await?;
         let Some((turn_id, last_run)) = recovery::resumable_turn(&ledger.events) else {
             return Err(KernelError::NothingToResume(session_id));
         };
@@ -736,6 +752,10 @@ impl Kernel {
                 EventKind::RunDenied { reason: reason.clone(), usage }
             }
         };
+        // Every terminal-event path lets the outbox catch up first (bounded).
+        let _ =
+            tokio::time::timeout(crate::OUTBOX_FLUSH_TIMEOUT, self.outbox.flush(ledger.session_id))
+                .await;
         self.failpoints.hit(Failpoint::BeforeTerminal).await;
         ledger.append(turn, run, kind).await?;
         self.failpoints.hit(Failpoint::AfterTerminal).await;

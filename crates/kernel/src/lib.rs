@@ -25,6 +25,7 @@ mod failpoint;
 mod intrinsic;
 mod kernel;
 mod ledger;
+mod outbox;
 mod permission;
 pub mod projection;
 pub mod recovery;
@@ -39,5 +40,6 @@ pub use kernel::{
     DEFAULT_GRANT_TTL, DEFAULT_MAX_AGENT_DEPTH, Instruction, Kernel, KernelDeps, NoopObserver,
     Observer, RunConfig, RunReport, SessionConfig, TurnOutcome,
 };
+pub use outbox::{NoOutbox, OUTBOX_FLUSH_TIMEOUT, Outbox};
 pub use permission::{PermissionHook, PermissionRequest, StaticPermissions};
 pub use registry::{AgentTools, Registry, RegistryError};

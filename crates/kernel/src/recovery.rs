@@ -4,7 +4,7 @@
 //! (nothing to do), not dispatched (no `tool_attempt_prepared`: answered `cancelled`), or
 //! indeterminate (prepared, no result: answered `indeterminate` and never replayed).
 
-use keel_contracts::{EventKind, IdGen, Outcome, RunId, TurnId, UsageTotals};
+use keel_contracts::{EventKind, Outcome, RunId, TurnId, UsageTotals};
 
 use crate::Result;
 use crate::ledger::Ledger;
@@ -20,7 +20,10 @@ pub const INTERRUPTED_REASON: &str =
     "interrupted: the process driving this run stopped before the run finished";
 
 /// Closes the session's last run if it has no terminal event.
-pub(crate) async fn close_dangling_run(ledger: &mut Ledger, _ids: &dyn IdGen) -> Result<()> {
+pub(crate) async fn close_dangling_run(
+    ledger: &mut Ledger,
+    outbox: &dyn crate::Outbox,
+) -> Result<()> {
     let Some(start) =
         ledger.events.iter().rposition(|event| matches!(event.kind, EventKind::RunStarted { .. }))
     else {
@@ -72,6 +75,8 @@ pub(crate) async fn close_dangling_run(ledger: &mut Ledger, _ids: &dyn IdGen) ->
             )
             .await?;
     }
+    let _ =
+        tokio::time::timeout(crate::OUTBOX_FLUSH_TIMEOUT, outbox.flush(ledger.session_id)).await;
     ledger
         .append(turn_id, run_id, EventKind::RunFailed { reason: INTERRUPTED_REASON.into(), usage })
         .await?;
