@@ -81,6 +81,16 @@ pub enum AppendError {
         /// The seq offered.
         got: Seq,
     },
+    /// The append was made under a lease that is no longer the newest (fencing).
+    #[error("fenced: session {session_id} is now leased with token {current}, not {offered}")]
+    Fenced {
+        /// The session.
+        session_id: SessionId,
+        /// The token of the newest lease.
+        current: u64,
+        /// The token the writer offered.
+        offered: u64,
+    },
     /// The batch mixes sessions or is not contiguous.
     #[error("invalid batch: {reason}")]
     InvalidBatch {
@@ -111,6 +121,56 @@ pub enum ReadError {
     },
     /// The backend failed.
     #[error("ledger read failed: {message}")]
+    Backend {
+        /// The backend's message.
+        message: String,
+    },
+}
+
+/// The right to drive a session's runs, held by one process at a time (DESIGN.md §6).
+///
+/// Fencing: every acquisition gets a token larger than any before it for the session;
+/// appends made under a lease are refused once a newer token exists, so a process whose
+/// lease expired and was taken over cannot write another event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The session.
+    pub session_id: SessionId,
+    /// Who holds it (a process label chosen by the host).
+    pub holder: String,
+    /// The fencing token.
+    pub token: u64,
+    /// When it lapses unless renewed.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A lease could not be had or kept.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseError {
+    /// Another holder has an unexpired lease.
+    #[error("session {session_id} is being driven by {holder} (lease until {expires_at})")]
+    Held {
+        /// The session.
+        session_id: SessionId,
+        /// Who holds it.
+        holder: String,
+        /// Until when.
+        expires_at: DateTime<Utc>,
+    },
+    /// The lease was taken over (a newer token exists): stop writing.
+    #[error("the lease on session {session_id} was taken over (token {token} is stale)")]
+    Lost {
+        /// The session.
+        session_id: SessionId,
+        /// The stale token.
+        token: u64,
+    },
+    /// This store does not implement leases.
+    #[error("this store does not support leases")]
+    Unsupported,
+    /// The backend failed.
+    #[error("lease operation failed: {message}")]
     Backend {
         /// The backend's message.
         message: String,
@@ -186,6 +246,68 @@ pub trait Store: Send + Sync + Debug {
     ///
     /// [`AppendError::Backend`] when nothing was written.
     async fn request_cancel(&self, session_id: SessionId) -> Result<(), AppendError>;
+
+    /// Acquires the lease on `session_id` for `holder` until `now + ttl`, with a new fencing
+    /// token. A holder may re-acquire its own unexpired lease (it gets a new token).
+    ///
+    /// # Errors
+    ///
+    /// [`LeaseError::Held`] when another holder's lease has not expired;
+    /// [`LeaseError::Unsupported`] from stores without leases (the default).
+    async fn acquire_lease(
+        &self,
+        session_id: SessionId,
+        holder: &str,
+        now: DateTime<Utc>,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, LeaseError> {
+        let _ = (session_id, holder, now, ttl);
+        Err(LeaseError::Unsupported)
+    }
+
+    /// Extends `lease` to `now + ttl`, keeping its token.
+    ///
+    /// # Errors
+    ///
+    /// [`LeaseError::Lost`] when a newer lease exists.
+    async fn renew_lease(
+        &self,
+        lease: &Lease,
+        now: DateTime<Utc>,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, LeaseError> {
+        let _ = (lease, now, ttl);
+        Err(LeaseError::Unsupported)
+    }
+
+    /// Gives `lease` up (a no-op when a newer lease exists).
+    ///
+    /// # Errors
+    ///
+    /// [`LeaseError::Backend`] when the backend fails.
+    async fn release_lease(&self, lease: &Lease) -> Result<(), LeaseError> {
+        let _ = lease;
+        Err(LeaseError::Unsupported)
+    }
+
+    /// [`Store::append`] under `lease`: refused with [`AppendError::Fenced`] when a newer
+    /// lease exists for the session, checked in the same transaction as the append.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::append`], plus [`AppendError::Fenced`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Store::append`].
+    async fn append_leased(
+        &self,
+        events: &[RuntimeEvent],
+        lease: &Lease,
+    ) -> Result<(), AppendError> {
+        let _ = lease;
+        self.append(events).await
+    }
 
     /// Takes a pending cancel request: returns whether one was pending and clears it.
     ///

@@ -239,6 +239,7 @@ impl Kernel {
         cancel: &Cancellation,
     ) -> Result<Option<(u64, u64)>> {
         let mut ledger = self.load_session(session_id).await?;
+        self.take_lease(&mut ledger).await?;
         let fixed_tokens = self
             .deps
             .counter
@@ -271,6 +272,7 @@ impl Kernel {
         };
         let room = current.saturating_sub(fixed_tokens) / 2;
         let (compacted, _) = self.compact(&mut ledger, (None, None), &window, room, cancel).await?;
+        self.drop_lease(&mut ledger).await;
         Ok(match compacted {
             Compacted::Done => ledger.events.last().and_then(|event| match &event.kind {
                 EventKind::Compaction { tokens_before, tokens_after, .. } => {

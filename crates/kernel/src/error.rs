@@ -27,6 +27,19 @@ pub enum KernelError {
     /// The session is sealed and never runs agent code again.
     #[error("session {0} is sealed; it never runs agent code again")]
     Sealed(SessionId),
+    /// Another process drives the session (its lease has not expired).
+    #[error("session {session_id} is being driven by {holder} until {until}; try again later")]
+    Leased {
+        /// The session.
+        session_id: SessionId,
+        /// Who holds the lease.
+        holder: String,
+        /// When it lapses (RFC 3339).
+        until: String,
+    },
+    /// The lease could not be taken or kept.
+    #[error(transparent)]
+    Lease(#[from] keel_contracts::LeaseError),
     /// `resume` without new input found nothing to continue.
     #[error("session {0} has nothing to resume: its last turn completed; give a new task")]
     NothingToResume(SessionId),

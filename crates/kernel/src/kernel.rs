@@ -167,6 +167,8 @@ pub struct Kernel {
     failpoints: Arc<dyn Failpoints>,
     /// Flushed before every terminal event.
     outbox: Arc<dyn crate::Outbox>,
+    /// The label this kernel takes session leases under.
+    pub(crate) holder: String,
 }
 
 /// How deep sub-agents may nest by default: a top-level agent may spawn children, which
@@ -222,7 +224,14 @@ impl Kernel {
             max_agent_depth,
             failpoints: Arc::new(NoFailpoints),
             outbox: Arc::new(crate::NoOutbox),
+            holder: default_holder(),
         })
+    }
+
+    /// This kernel, taking session leases as `holder` (e.g. `keel pid 4242 on build-7`).
+    pub fn with_lease_holder(mut self, holder: impl Into<String>) -> Kernel {
+        self.holder = holder.into();
+        self
     }
 
     /// This kernel, flushing `outbox` before every terminal event. Children inherit it.
@@ -322,6 +331,7 @@ impl Kernel {
         cancel: &Cancellation,
     ) -> Result<RunReport> {
         let mut ledger = self.load(session_id).await?;
+        self.take_lease(&mut ledger).await?;
         recovery::close_dangling_run(&mut ledger, self.outbox.as_ref()).await?;
         let turn_id = self.deps.ids.turn_id();
         ledger
@@ -348,8 +358,10 @@ impl Kernel {
         cancel: &Cancellation,
     ) -> Result<RunReport> {
         let mut ledger = self.load(session_id).await?;
+        self.take_lease(&mut ledger).await?;
         recovery::close_dangling_run(&mut ledger, self.outbox.as_ref()).await?;
         let Some((turn_id, last_run)) = recovery::resumable_turn(&ledger.events) else {
+            self.drop_lease(&mut ledger).await;
             return Err(KernelError::NothingToResume(session_id));
         };
         self.drive(ledger, turn_id, last_run, config, cancel).await
@@ -410,6 +422,12 @@ impl Kernel {
         };
         // A stop requested before this run began is stale.
         let _ = self.deps.store.take_cancel_request(ledger.session_id).await;
+        let _keeper = crate::lease::LeaseKeeper::spawn(
+            self.deps.store.clone(),
+            self.deps.clock.clone(),
+            ledger.lease.clone(),
+            cancel.clone(),
+        );
         let _watcher = StopWatcher::spawn(
             self.deps.store.clone(),
             ledger.session_id,
@@ -759,6 +777,7 @@ impl Kernel {
         self.failpoints.hit(Failpoint::BeforeTerminal).await;
         ledger.append(turn, run, kind).await?;
         self.failpoints.hit(Failpoint::AfterTerminal).await;
+        self.drop_lease(&mut ledger).await;
         Ok(RunReport { session_id: ledger.session_id, turn_id, run_id, outcome, usage })
     }
 }
@@ -788,6 +807,14 @@ fn checkpoint_evidence(events: &[RuntimeEvent], run_id: RunId) -> Vec<Evidence> 
             _ => None,
         })
         .collect()
+}
+
+/// A label unique to this kernel instance in this process (hosts set their own with
+/// [`Kernel::with_lease_holder`]).
+fn default_holder() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let instance = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("keel pid {} kernel {instance}", std::process::id())
 }
 
 /// Polls the store for `keel stop` requests while a run is active; stops when dropped.

@@ -19,6 +19,8 @@ pub(crate) struct Ledger {
     observer: Arc<dyn Observer>,
     /// Model responses recorded in the session (the scripted model's position).
     responses: u64,
+    /// The lease this process drives the session under; appends are fenced by it.
+    pub(crate) lease: Option<keel_contracts::Lease>,
 }
 
 impl Ledger {
@@ -31,7 +33,7 @@ impl Ledger {
     ) -> Result<Ledger, KernelError> {
         let events = store.read(session_id, Seq(0)).await?;
         let responses = crate::projection::responses_in_session(&events);
-        Ok(Ledger { session_id, events, store, clock, observer, responses })
+        Ok(Ledger { session_id, events, store, clock, observer, responses, lease: None })
     }
 
     /// An empty ledger for a session about to be created.
@@ -41,7 +43,7 @@ impl Ledger {
         clock: Arc<dyn Clock>,
         observer: Arc<dyn Observer>,
     ) -> Ledger {
-        Ledger { session_id, events: Vec::new(), store, clock, observer, responses: 0 }
+        Ledger { session_id, events: Vec::new(), store, clock, observer, responses: 0, lease: None }
     }
 
     /// Model responses recorded in the session.
@@ -68,7 +70,10 @@ impl Ledger {
             ts: self.clock.now(),
             kind,
         };
-        self.store.append(std::slice::from_ref(&event)).await?;
+        match &self.lease {
+            Some(lease) => self.store.append_leased(std::slice::from_ref(&event), lease).await?,
+            None => self.store.append(std::slice::from_ref(&event)).await?,
+        }
         self.observer.on_event(&event);
         if matches!(event.kind, EventKind::ModelResponse { .. }) {
             self.responses += 1;

@@ -24,6 +24,7 @@ mod error;
 mod failpoint;
 mod intrinsic;
 mod kernel;
+mod lease;
 mod ledger;
 mod outbox;
 mod permission;
@@ -40,6 +41,7 @@ pub use kernel::{
     DEFAULT_GRANT_TTL, DEFAULT_MAX_AGENT_DEPTH, Instruction, Kernel, KernelDeps, NoopObserver,
     Observer, RunConfig, RunReport, SessionConfig, TurnOutcome,
 };
+pub use lease::{LEASE_RENEW_EVERY, LEASE_TTL};
 pub use outbox::{NoOutbox, OUTBOX_FLUSH_TIMEOUT, Outbox};
 pub use permission::{PermissionHook, PermissionRequest, StaticPermissions};
 pub use registry::{AgentTools, Registry, RegistryError};

@@ -35,9 +35,12 @@ impl Kernel {
     pub async fn seal_session(&self, session_id: SessionId, reason: &str) -> Result<Seq> {
         // `load_session` refuses a sealed session, which is exactly the "already" case.
         let mut ledger = self.load_session(session_id).await?;
-        let event = ledger
+        self.take_lease(&mut ledger).await?;
+        let seq = ledger
             .append(None, None, EventKind::SessionSealed { reason: reason.to_owned() })
-            .await?;
-        Ok(event.seq)
+            .await?
+            .seq;
+        self.drop_lease(&mut ledger).await;
+        Ok(seq)
     }
 }

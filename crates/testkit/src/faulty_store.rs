@@ -105,10 +105,10 @@ impl FaultyStore {
     }
 }
 
-#[async_trait]
-impl Store for FaultyStore {
-    async fn append(&self, events: &[RuntimeEvent]) -> Result<(), AppendError> {
-        let failure = {
+impl FaultyStore {
+    /// The injected failure for this append, if one fires.
+    fn injected(&self, events: &[RuntimeEvent]) -> Option<AppendError> {
+        {
             let mut plan = self.plan();
             plan.n_appends += 1;
             let call = plan.n_appends;
@@ -123,11 +123,54 @@ impl Store for FaultyStore {
                 };
                 fires.then(|| fault.error())
             })
-        };
-        match failure {
+        }
+    }
+}
+
+#[async_trait]
+impl Store for FaultyStore {
+    async fn append(&self, events: &[RuntimeEvent]) -> Result<(), AppendError> {
+        match self.injected(events) {
             Some(error) => Err(error),
             None => self.inner.append(events).await,
         }
+    }
+
+    async fn append_leased(
+        &self,
+        events: &[RuntimeEvent],
+        lease: &keel_contracts::Lease,
+    ) -> Result<(), AppendError> {
+        match self.injected(events) {
+            Some(error) => Err(error),
+            None => self.inner.append_leased(events, lease).await,
+        }
+    }
+
+    async fn acquire_lease(
+        &self,
+        session_id: SessionId,
+        holder: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        ttl: std::time::Duration,
+    ) -> Result<keel_contracts::Lease, keel_contracts::LeaseError> {
+        self.inner.acquire_lease(session_id, holder, now, ttl).await
+    }
+
+    async fn renew_lease(
+        &self,
+        lease: &keel_contracts::Lease,
+        now: chrono::DateTime<chrono::Utc>,
+        ttl: std::time::Duration,
+    ) -> Result<keel_contracts::Lease, keel_contracts::LeaseError> {
+        self.inner.renew_lease(lease, now, ttl).await
+    }
+
+    async fn release_lease(
+        &self,
+        lease: &keel_contracts::Lease,
+    ) -> Result<(), keel_contracts::LeaseError> {
+        self.inner.release_lease(lease).await
     }
 
     async fn read(

@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use keel_contracts::{
-    AppendError, EventKind, ReadError, ResolveError, RuntimeEvent, Seq, SessionId, SessionStatus,
-    SessionSummary, Store,
+    AppendError, EventKind, Lease, LeaseError, ReadError, ResolveError, RuntimeEvent, Seq,
+    SessionId, SessionStatus, SessionSummary, Store,
 };
 
 /// An in-memory ledger with exactly the semantics of the durable stores.
@@ -26,6 +27,8 @@ pub struct MemStore {
 struct State {
     sessions: BTreeMap<SessionId, SessionLedger>,
     cancel_requests: BTreeSet<SessionId>,
+    /// The newest lease per session (token, holder, expiry).
+    leases: BTreeMap<SessionId, Lease>,
 }
 
 #[derive(Debug)]
@@ -66,25 +69,31 @@ impl MemStore {
     }
 }
 
-#[async_trait]
-impl Store for MemStore {
-    async fn append(&self, events: &[RuntimeEvent]) -> Result<(), AppendError> {
-        let Some(first) = events.first() else { return Ok(()) };
-        let session_id = first.session_id;
-        validate_batch(events)?;
-        let bodies = events
-            .iter()
-            .map(|event| {
-                serde_json::to_string(event)
-                    .map_err(|error| AppendError::Backend { message: error.to_string() })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+fn encode_batch(events: &[RuntimeEvent]) -> Result<Vec<String>, AppendError> {
+    validate_batch(events)?;
+    events
+        .iter()
+        .map(|event| {
+            serde_json::to_string(event)
+                .map_err(|error| AppendError::Backend { message: error.to_string() })
+        })
+        .collect()
+}
 
-        let mut state = self.lock();
+/// Appends a validated, encoded batch with the state locked (so lease checks and the
+/// append are one atomic step).
+fn append_locked(
+    state: &mut State,
+    events: &[RuntimeEvent],
+    bodies: &[String],
+) -> Result<(), AppendError> {
+    let Some(first) = events.first() else { return Ok(()) };
+    let session_id = first.session_id;
+    {
         let ledger = state.sessions.get(&session_id);
         let last_seq = ledger.map_or(Seq(0), |ledger| ledger.summary.last_seq);
         let mut first_new = None;
-        for (index, (event, body)) in events.iter().zip(&bodies).enumerate() {
+        for (index, (event, body)) in events.iter().zip(bodies).enumerate() {
             if event.seq > last_seq {
                 first_new = Some(index);
                 break;
@@ -120,6 +129,90 @@ impl Store for MemStore {
         for (event, body) in new_events.iter().zip(new_bodies) {
             ledger.bodies.push(body.clone());
             summary_apply(&mut ledger.summary, event);
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for MemStore {
+    async fn append(&self, events: &[RuntimeEvent]) -> Result<(), AppendError> {
+        let bodies = encode_batch(events)?;
+        append_locked(&mut self.lock(), events, &bodies)
+    }
+
+    async fn append_leased(
+        &self,
+        events: &[RuntimeEvent],
+        lease: &Lease,
+    ) -> Result<(), AppendError> {
+        let bodies = encode_batch(events)?;
+        let mut state = self.lock();
+        let current = state.leases.get(&lease.session_id).map_or(0, |held| held.token);
+        if current != lease.token {
+            return Err(AppendError::Fenced {
+                session_id: lease.session_id,
+                current,
+                offered: lease.token,
+            });
+        }
+        append_locked(&mut state, events, &bodies)
+    }
+
+    async fn acquire_lease(
+        &self,
+        session_id: SessionId,
+        holder: &str,
+        now: DateTime<Utc>,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, LeaseError> {
+        let mut state = self.lock();
+        let previous = state.leases.get(&session_id);
+        if let Some(held) = previous
+            && held.holder != holder
+            && held.expires_at > now
+        {
+            return Err(LeaseError::Held {
+                session_id,
+                holder: held.holder.clone(),
+                expires_at: held.expires_at,
+            });
+        }
+        let token = previous.map_or(0, |held| held.token) + 1;
+        let lease = Lease {
+            session_id,
+            holder: holder.to_owned(),
+            token,
+            expires_at: now + chrono::TimeDelta::from_std(ttl).unwrap_or(chrono::TimeDelta::MAX),
+        };
+        state.leases.insert(session_id, lease.clone());
+        Ok(lease)
+    }
+
+    async fn renew_lease(
+        &self,
+        lease: &Lease,
+        now: DateTime<Utc>,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, LeaseError> {
+        let mut state = self.lock();
+        match state.leases.get_mut(&lease.session_id) {
+            Some(held) if held.token == lease.token => {
+                held.expires_at =
+                    now + chrono::TimeDelta::from_std(ttl).unwrap_or(chrono::TimeDelta::MAX);
+                Ok(held.clone())
+            }
+            _ => Err(LeaseError::Lost { session_id: lease.session_id, token: lease.token }),
+        }
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), LeaseError> {
+        let mut state = self.lock();
+        if let Some(held) = state.leases.get_mut(&lease.session_id)
+            && held.token == lease.token
+        {
+            // Keep the token (fencing stays monotonic); just let it lapse now.
+            held.expires_at = DateTime::<Utc>::MIN_UTC;
         }
         Ok(())
     }

@@ -5,6 +5,7 @@ mod context;
 mod dependencies;
 mod faults;
 mod gates;
+mod leases;
 mod outbox;
 mod recovery;
 mod seal;

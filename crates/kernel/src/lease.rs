@@ -1,0 +1,89 @@
+//! Run leases (DESIGN.md §6): one process drives a session at a time. The kernel takes the
+//! session's lease before it recovers or runs anything, renews it while a run is active,
+//! and every append carries its fencing token, so a process whose lease lapsed and was
+//! taken over cannot write another event.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_contracts::{Clock, Lease, LeaseError, Store};
+
+use crate::ledger::Ledger;
+use crate::{Cancellation, Kernel, KernelError, Result};
+
+/// How long a lease lasts without renewal.
+pub const LEASE_TTL: Duration = Duration::from_secs(30);
+/// How often an active run renews its lease.
+pub const LEASE_RENEW_EVERY: Duration = Duration::from_secs(10);
+
+impl Kernel {
+    /// Takes the session's lease for this kernel's holder and fences the ledger's appends
+    /// with it. A store without leases leaves the ledger unfenced.
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError::Leased`] when another process holds an unexpired lease.
+    pub(crate) async fn take_lease(&self, ledger: &mut Ledger) -> Result<()> {
+        let now = self.deps.clock.now();
+        match self.deps.store.acquire_lease(ledger.session_id, &self.holder, now, LEASE_TTL).await {
+            Ok(lease) => {
+                ledger.lease = Some(lease);
+                Ok(())
+            }
+            Err(LeaseError::Unsupported) => Ok(()),
+            Err(LeaseError::Held { holder, expires_at, .. }) => Err(KernelError::Leased {
+                session_id: ledger.session_id,
+                holder,
+                until: expires_at.to_rfc3339(),
+            }),
+            Err(error) => Err(KernelError::Lease(error)),
+        }
+    }
+
+    /// Gives the ledger's lease up (best effort: an unreleased lease lapses by itself).
+    pub(crate) async fn drop_lease(&self, ledger: &mut Ledger) {
+        if let Some(lease) = ledger.lease.take() {
+            let _ = self.deps.store.release_lease(&lease).await;
+        }
+    }
+}
+
+/// Renews a lease in the background while a run is active; cancels the run when the lease
+/// is lost. Stops when dropped.
+pub(crate) struct LeaseKeeper(Option<tokio::task::JoinHandle<()>>);
+
+impl LeaseKeeper {
+    pub(crate) fn spawn(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        lease: Option<Lease>,
+        cancel: Cancellation,
+    ) -> LeaseKeeper {
+        let Some(mut lease) = lease else { return LeaseKeeper(None) };
+        LeaseKeeper(Some(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(LEASE_RENEW_EVERY).await;
+                match store.renew_lease(&lease, clock.now(), LEASE_TTL).await {
+                    Ok(renewed) => lease = renewed,
+                    Err(LeaseError::Lost { .. }) => {
+                        // Another process took the session over: stop driving it. Any
+                        // append from here on is fenced anyway.
+                        cancel.cancel();
+                        return;
+                    }
+                    // A transient failure: try again at the next tick; the lease lapses by
+                    // itself if the store stays down.
+                    Err(_) => {}
+                }
+            }
+        })))
+    }
+}
+
+impl Drop for LeaseKeeper {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            handle.abort();
+        }
+    }
+}
