@@ -560,3 +560,52 @@ fn a_boundary_request_widens_managed_bash_when_approved_and_denial_exits_4() {
     assert!(stderr(&output).contains("run denied"), "{}", stderr(&output));
     assert!(!target.exists());
 }
+
+#[test]
+fn a_cost_budget_suspends_with_a_report_and_resume_completes() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let step = r#"{"tool_calls":[{"name":"list_dir","arguments":{"path":"."}}],"usage":{"input_tokens":100000,"output_tokens":10000}}"#;
+    let script = env.write_script(
+        "costly.json",
+        &format!(
+            r#"{{"steps":[{step},{step},{{"text":"Report: listed twice.","usage":{{"input_tokens":100000,"output_tokens":10000}}}},{{"text":"finished","usage":{{"input_tokens":1000,"output_tokens":0}}}}]}}"#
+        ),
+    );
+    // $1 per million input tokens, $2 per million output: each step costs $0.12.
+    std::fs::write(
+        env.home.path().join("prices.toml"),
+        format!(
+            "[\"scripted:{}\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let model = format!("scripted:{}", script.display());
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--max-cost-usd",
+        "0.30",
+        "--json",
+        "t",
+    ]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let events = json_lines(&output);
+    let exhausted = events.iter().find(|e| e["kind"] == "budget_exhausted").unwrap();
+    assert!(exhausted["reason"].as_str().unwrap().starts_with("stopped early: cost budget"));
+    let checkpoint = events.iter().find(|e| e["kind"] == "checkpoint").unwrap();
+    assert_eq!(checkpoint["report"], "Report: listed twice.");
+    let suspended = events.last().unwrap();
+    assert!((suspended["usage"]["cost_usd"].as_f64().unwrap() - 0.36).abs() < 1e-9, "{suspended}");
+    let session = events[0]["session_id"].as_str().unwrap().to_owned();
+    let output = env.run(&["resume", &session]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), "finished");
+    let listed = stdout(&env.run(&["sessions"]));
+    // Session totals: the 3 steps of the first run and the final answer ($0.001).
+    assert!(listed.contains("$0.3610"), "{listed}");
+}
