@@ -1,0 +1,6 @@
+mod config;
+mod flush;
+mod jsonl;
+mod restart;
+mod support;
+mod webhook;
