@@ -22,6 +22,9 @@ fn chain(clock: &FakeClock, session_id: SessionId) -> Vec<RuntimeEvent> {
                 step: u32::try_from(seq).unwrap(),
                 messages: seq,
                 request_sha256: format!("{session_id}-{seq}"),
+                tokens: None,
+                tokens_before_pruning: None,
+                pruned_results: 0,
             },
         })
         .collect()
@@ -86,6 +89,9 @@ fn two_handles_racing_on_one_session_never_interleave() {
                         step: 0,
                         messages: event.seq.0,
                         request_sha256: (*writer).to_owned(),
+                        tokens: None,
+                        tokens_before_pruning: None,
+                        pruned_results: 0,
                     };
                     event
                 })
