@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 /// Opening a ledger failed. Nothing was changed, except that missing parent directories
-/// may have been created and an empty file may have been initialized.
+/// may have been created and an empty ledger (file or database) may have been initialized.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
@@ -41,6 +41,33 @@ pub enum OpenError {
         /// The ledger file.
         path: PathBuf,
         /// The version in the file.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The database URL does not parse. The URL itself is left out of the message: it may
+    /// hold a password.
+    #[error("invalid database url")]
+    DatabaseUrl {
+        /// The parser's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// PostgreSQL could not be reached, or refused to connect or to migrate the ledger.
+    #[error("cannot open ledger {target}")]
+    Postgres {
+        /// `user@host:port/dbname` (never the password).
+        target: String,
+        /// The client's or the server's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The database was migrated by a newer keel; this one would misread it.
+    #[error("ledger {target} has schema version {found}, newer than the supported {supported}")]
+    NewerDatabaseSchema {
+        /// `user@host:port/dbname` (never the password).
+        target: String,
+        /// The version in the database.
         found: i64,
         /// The newest version this build knows.
         supported: i64,

@@ -18,15 +18,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, SecondsFormat, Utc};
 use keel_contracts::{
     AppendError, ReadError, ResolveError, RuntimeEvent, Seq, SessionId, SessionSummary, Store,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
-use uuid::Uuid;
 
 use crate::error::OpenError;
+use crate::record::{self, Batch, normalize_prefix, parse_session_id, parse_timestamp, timestamp};
 use crate::summary;
 
 /// How long an operation waits for another connection's write lock before failing with
@@ -286,59 +285,6 @@ impl Store for SqliteStore {
     }
 }
 
-/// An append, checked and serialized before it reaches the connection.
-#[derive(Debug)]
-struct Batch {
-    session_id: SessionId,
-    rows: Vec<EventRow>,
-}
-
-/// One event as stored.
-#[derive(Debug)]
-struct EventRow {
-    event: RuntimeEvent,
-    seq: i64,
-    /// The full event as JSON: what is stored, compared on retry, and decoded on read.
-    body: String,
-}
-
-impl Batch {
-    /// Checks what needs no stored state (one session, contiguous seqs from at least 1) and
-    /// serializes each event. `None` for an empty batch.
-    fn prepare(events: &[RuntimeEvent]) -> Result<Option<Batch>, AppendError> {
-        let Some(first) = events.first() else { return Ok(None) };
-        let invalid = |reason: String| AppendError::InvalidBatch { reason };
-        if first.seq == Seq(0) {
-            return Err(invalid("seq starts at 1, got 0".to_owned()));
-        }
-        for pair in events.windows(2) {
-            if pair[1].session_id != first.session_id {
-                return Err(invalid(format!(
-                    "batch mixes sessions {} and {}",
-                    first.session_id, pair[1].session_id
-                )));
-            }
-            if pair[1].seq != pair[0].seq.next() {
-                return Err(invalid(format!(
-                    "seq {} follows {} in one batch",
-                    pair[1].seq, pair[0].seq
-                )));
-            }
-        }
-        let rows = events
-            .iter()
-            .map(|event| {
-                let seq = i64::try_from(event.seq.0)
-                    .map_err(|_| invalid(format!("seq {} is out of range", event.seq)))?;
-                let body = serde_json::to_string(event)
-                    .map_err(|error| AppendError::Backend { message: error.to_string() })?;
-                Ok(EventRow { event: event.clone(), seq, body })
-            })
-            .collect::<Result<Vec<_>, AppendError>>()?;
-        Ok(Some(Batch { session_id: first.session_id, rows }))
-    }
-}
-
 /// The append transaction: check the stored tail, insert what is new, update the listing.
 fn append_batch(connection: &mut Connection, batch: &Batch) -> Result<(), AppendError> {
     let session_key = batch.session_id.to_string();
@@ -435,21 +381,18 @@ fn read_events(
         let seq = Seq(u64::try_from(raw_seq).map_err(|_| ReadError::Backend {
             message: format!("negative seq {raw_seq} in session {session_id}"),
         })?);
-        let corrupt = |message: String| ReadError::Corrupt { session_id, seq, message };
-        let event: RuntimeEvent = match row.get_ref(1).map_err(read_backend_sqlite)? {
+        let event = match row.get_ref(1).map_err(read_backend_sqlite)? {
             ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
-                serde_json::from_slice(bytes).map_err(|error| corrupt(error.to_string()))?
+                record::decode(session_id, seq, bytes)?
             }
             other @ (ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_)) => {
-                return Err(corrupt(format!("body is {}, not JSON text", other.data_type())));
+                return Err(ReadError::Corrupt {
+                    session_id,
+                    seq,
+                    message: format!("body is {}, not JSON text", other.data_type()),
+                });
             }
         };
-        if event.seq != seq || event.session_id != session_id {
-            return Err(corrupt(format!(
-                "body says session {} seq {}",
-                event.session_id, event.seq
-            )));
-        }
         events.push(event);
     }
     Ok(events)
@@ -586,31 +529,6 @@ fn sessions_with_prefix(
             .map_err(|message| ReadError::Backend { message })
     })
     .collect()
-}
-
-/// Lowercase hex without dashes, or `None` when `prefix` cannot prefix any session id.
-fn normalize_prefix(prefix: &str) -> Option<String> {
-    let wanted: String =
-        prefix.trim().chars().filter(|c| *c != '-').map(|c| c.to_ascii_lowercase()).collect();
-    let valid =
-        !wanted.is_empty() && wanted.len() <= 32 && wanted.chars().all(|c| c.is_ascii_hexdigit());
-    valid.then_some(wanted)
-}
-
-/// The stored spelling of a timestamp: RFC 3339, UTC, nanoseconds, fixed width, so text
-/// order is time order and it reads back exactly.
-fn timestamp(ts: DateTime<Utc>) -> String {
-    ts.to_rfc3339_opts(SecondsFormat::Nanos, true)
-}
-
-fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(text).ok().map(|ts| ts.with_timezone(&Utc))
-}
-
-fn parse_session_id(text: &str) -> Result<SessionId, String> {
-    Uuid::parse_str(text)
-        .map(SessionId)
-        .map_err(|error| format!("bad session id {text:?}: {error}"))
 }
 
 /// Pause between attempts of [`configure_file`] that found the file busy.

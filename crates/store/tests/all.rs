@@ -1,5 +1,6 @@
-//! keel-store's integration tests: the store conformance suite over file-backed SQLite,
-//! and behaviour only a real file shows (several handles, several threads).
+//! keel-store's integration tests: the store conformance suite over file-backed SQLite and
+//! a real PostgreSQL server, and behaviour only a real backend shows (several handles,
+//! several threads, racing writers).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -10,4 +11,5 @@
 mod suite {
     mod concurrency;
     mod conformance;
+    mod postgres;
 }

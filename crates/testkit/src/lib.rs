@@ -9,6 +9,8 @@
 //!   the kernel's fault tests.
 //! - [`conformance`] is the one generic store suite that `MemStore`, SQLite and PostgreSQL
 //!   all run.
+//! - `postgres` (feature `postgres`) starts a throwaway PostgreSQL server per test binary
+//!   and hands each test a fresh database.
 //!
 //! Invariant: this crate depends on keel-contracts only, never on keel-kernel or a concrete
 //! store, so any crate may dev-depend on it without a cycle.
@@ -20,6 +22,8 @@ pub mod conformance;
 mod faulty_store;
 mod ids;
 mod mem_store;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 pub use clock::FakeClock;
 pub use faulty_store::{Fault, FaultyStore};

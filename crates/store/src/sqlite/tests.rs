@@ -1,7 +1,8 @@
 //! Unit tests that need the connection itself: pragmas, schema versions, a full disk.
 
-use chrono::TimeZone;
+use chrono::{TimeZone, Utc};
 use keel_contracts::{EventKind, Outcome, TurnId};
+use uuid::Uuid;
 
 use super::*;
 

@@ -1,0 +1,103 @@
+//! The PostgreSQL schema and its migrations.
+//!
+//! Everything lives in the schema `keel`, so the ledger can share a database with other
+//! applications. `keel.schema_version` holds one row: the number of migrations applied.
+//! Migration `i` (0-based) takes the database from version `i` to `i + 1`. Migrations only
+//! ever append to [`MIGRATIONS`]; an applied one is never edited, because databases in the
+//! field already ran it.
+//!
+//! Column choices: ids are native `uuid` (their byte order is the order of their hex text,
+//! which prefix resolution relies on); the event body is `text`, not `jsonb`, because it is
+//! compared byte for byte on an identical retry and `jsonb` would neither keep the bytes
+//! nor accept the `\u0000` escape; timestamps are RFC 3339 text with nanoseconds in the
+//! bytewise `"C"` collation, because `timestamptz` keeps only microseconds and the session
+//! listing must give back exactly the timestamps of the events.
+
+use tokio_postgres::Client;
+
+/// Each migration's SQL, in order.
+const MIGRATIONS: &[&str] = &[
+    // 1: the ledger, the session listing, cancel requests.
+    r#"
+    CREATE TABLE keel.events (
+        session_id uuid NOT NULL,
+        seq bigint NOT NULL CHECK (seq >= 1),
+        turn_id uuid,
+        run_id uuid,
+        ts text COLLATE "C" NOT NULL,
+        kind text NOT NULL,
+        body text NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+    CREATE TABLE keel.sessions (
+        id uuid PRIMARY KEY,
+        created_at text COLLATE "C" NOT NULL,
+        updated_at text COLLATE "C" NOT NULL,
+        workspace text NOT NULL,
+        model text NOT NULL,
+        title text NOT NULL,
+        last_seq bigint NOT NULL,
+        status text NOT NULL,
+        parent uuid
+    );
+    CREATE INDEX sessions_newest_first ON keel.sessions (created_at DESC, id DESC);
+    CREATE TABLE keel.cancel_requests (
+        session_id uuid PRIMARY KEY,
+        requested_at timestamptz NOT NULL DEFAULT now()
+    );
+    "#,
+];
+
+/// The schema version this build writes: the number of migrations.
+pub(crate) const LATEST: i64 = MIGRATIONS.len() as i64;
+
+/// Key of the transaction-scoped advisory lock that serializes migrations ("keel" and 1).
+const MIGRATION_LOCK_KEY: i64 = 0x6b65_656c_0000_0001;
+
+/// What [`migrate`] found.
+#[derive(Debug)]
+pub(crate) enum Migration {
+    /// The database is at [`LATEST`] (possibly after applying migrations).
+    Current,
+    /// The database is newer than this build.
+    Newer(i64),
+}
+
+/// Brings the database to [`LATEST`] in one transaction holding an advisory lock, so two
+/// processes connecting to a new database at once cannot both migrate it. An up-to-date
+/// database is only read (no DDL runs, so a role without `CREATE` can use it).
+pub(crate) async fn migrate(client: &mut Client) -> Result<Migration, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY]).await?;
+    let exists: bool =
+        tx.query_one("SELECT to_regclass('keel.schema_version') IS NOT NULL", &[]).await?.get(0);
+    let found: i64 = if exists {
+        tx.query_opt("SELECT version FROM keel.schema_version", &[])
+            .await?
+            .map_or(0, |row| row.get(0))
+    } else {
+        0
+    };
+    if found > LATEST {
+        return Ok(Migration::Newer(found));
+    }
+    if found == LATEST {
+        tx.rollback().await?;
+        return Ok(Migration::Current);
+    }
+    if !exists {
+        tx.batch_execute(
+            "CREATE SCHEMA IF NOT EXISTS keel;
+             CREATE TABLE keel.schema_version (version bigint NOT NULL);",
+        )
+        .await?;
+    }
+    let applied = usize::try_from(found).unwrap_or(0);
+    for sql in MIGRATIONS.iter().skip(applied) {
+        tx.batch_execute(sql).await?;
+    }
+    tx.execute("DELETE FROM keel.schema_version", &[]).await?;
+    tx.execute("INSERT INTO keel.schema_version (version) VALUES ($1)", &[&LATEST]).await?;
+    tx.commit().await?;
+    Ok(Migration::Current)
+}

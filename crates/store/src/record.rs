@@ -1,0 +1,106 @@
+//! How a ledger record is spelled in a database, the same for every backend: the batch
+//! checks done before touching storage, the event body (the serialized JSON, compared
+//! byte for byte on retry), timestamps, and session id prefixes.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use keel_contracts::{AppendError, ReadError, RuntimeEvent, Seq, SessionId};
+use uuid::Uuid;
+
+/// An append, checked and serialized before it reaches the database.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    pub(crate) session_id: SessionId,
+    pub(crate) rows: Vec<EventRow>,
+}
+
+/// One event as stored.
+#[derive(Debug)]
+pub(crate) struct EventRow {
+    pub(crate) event: RuntimeEvent,
+    pub(crate) seq: i64,
+    /// The full event as JSON: what is stored, compared on retry, and decoded on read.
+    pub(crate) body: String,
+}
+
+impl Batch {
+    /// Checks what needs no stored state (one session, contiguous seqs from at least 1) and
+    /// serializes each event. `None` for an empty batch.
+    pub(crate) fn prepare(events: &[RuntimeEvent]) -> Result<Option<Batch>, AppendError> {
+        let Some(first) = events.first() else { return Ok(None) };
+        let invalid = |reason: String| AppendError::InvalidBatch { reason };
+        if first.seq == Seq(0) {
+            return Err(invalid("seq starts at 1, got 0".to_owned()));
+        }
+        for pair in events.windows(2) {
+            if pair[1].session_id != first.session_id {
+                return Err(invalid(format!(
+                    "batch mixes sessions {} and {}",
+                    first.session_id, pair[1].session_id
+                )));
+            }
+            if pair[1].seq != pair[0].seq.next() {
+                return Err(invalid(format!(
+                    "seq {} follows {} in one batch",
+                    pair[1].seq, pair[0].seq
+                )));
+            }
+        }
+        let rows = events
+            .iter()
+            .map(|event| {
+                let seq = i64::try_from(event.seq.0)
+                    .map_err(|_| invalid(format!("seq {} is out of range", event.seq)))?;
+                let body = serde_json::to_string(event)
+                    .map_err(|error| AppendError::Backend { message: error.to_string() })?;
+                Ok(EventRow { event: event.clone(), seq, body })
+            })
+            .collect::<Result<Vec<_>, AppendError>>()?;
+        Ok(Some(Batch { session_id: first.session_id, rows }))
+    }
+}
+
+/// Decodes the stored body of `session_id`'s event at `seq`.
+///
+/// # Errors
+///
+/// [`ReadError::Corrupt`] when the body is not an event, or is the event of another seq or
+/// session.
+pub(crate) fn decode(
+    session_id: SessionId,
+    seq: Seq,
+    body: &[u8],
+) -> Result<RuntimeEvent, ReadError> {
+    let corrupt = |message: String| ReadError::Corrupt { session_id, seq, message };
+    let event: RuntimeEvent =
+        serde_json::from_slice(body).map_err(|error| corrupt(error.to_string()))?;
+    if event.seq != seq || event.session_id != session_id {
+        return Err(corrupt(format!("body says session {} seq {}", event.session_id, event.seq)));
+    }
+    Ok(event)
+}
+
+/// Lowercase hex without dashes, or `None` when `prefix` cannot prefix any session id.
+pub(crate) fn normalize_prefix(prefix: &str) -> Option<String> {
+    let wanted: String =
+        prefix.trim().chars().filter(|c| *c != '-').map(|c| c.to_ascii_lowercase()).collect();
+    let valid =
+        !wanted.is_empty() && wanted.len() <= 32 && wanted.chars().all(|c| c.is_ascii_hexdigit());
+    valid.then_some(wanted)
+}
+
+/// The stored spelling of a timestamp: RFC 3339, UTC, nanoseconds, fixed width, so text
+/// order (bytewise) is time order and it reads back exactly.
+pub(crate) fn timestamp(ts: DateTime<Utc>) -> String {
+    ts.to_rfc3339_opts(SecondsFormat::Nanos, true)
+}
+
+pub(crate) fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text).ok().map(|ts| ts.with_timezone(&Utc))
+}
+
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code, reason = "only SQLite stores ids as text"))]
+pub(crate) fn parse_session_id(text: &str) -> Result<SessionId, String> {
+    Uuid::parse_str(text)
+        .map(SessionId)
+        .map_err(|error| format!("bad session id {text:?}: {error}"))
+}
