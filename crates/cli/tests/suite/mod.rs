@@ -1,5 +1,6 @@
 mod cli_surface;
 mod context_e2e;
+mod crash;
 mod example;
 mod mcp_e2e;
 mod openai_e2e;
