@@ -319,6 +319,7 @@ fn build_kernel(
     resolved: &Resolved,
     json: bool,
     mcp: &mcp::Started,
+    outbox: &crate::outbox::Outbox,
 ) -> anyhow::Result<Kernel> {
     let model =
         model_client(&resolved.model_spec, resolved.base_url.as_deref(), resolved.context_window)?;
@@ -329,12 +330,12 @@ fn build_kernel(
         clock: Arc::new(SystemClock),
         ids: Arc::new(UuidV7Ids),
         permissions: resolved.permissions.clone(),
-        observer: Arc::new(Printer::new(json)),
+        observer: outbox.observer(Arc::new(Printer::new(json))),
         counter: resolved.counter.clone(),
     };
     let kernel = Kernel::with_max_agent_depth(deps, resolved.max_agent_depth)
         .context("cannot assemble the tool registry")?;
-    crate::failpoints::install(kernel)
+    crate::failpoints::install(outbox.install(kernel))
 }
 
 /// Cancels on the first Ctrl-C; a second one exits at once.
@@ -412,9 +413,10 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
     let mut resolved = resolve(&options, &config, &PriceTable::load(&home)?, &workspace, None)?;
     let task = read_task(task)?;
+    let outbox = crate::outbox::start(&config, &home, store.clone())?;
     let mcp = mcp::start(&config, &home, &workspace, true).await?;
     resolved.run.instructions.splice(0..0, mcp.policy_instruction());
-    let kernel = build_kernel(store, &resolved, options.json, &mcp)?;
+    let kernel = build_kernel(store, &resolved, options.json, &mcp, &outbox)?;
     let session_id = kernel
         .create_session(&SessionConfig {
             workspace: workspace.clone(),
@@ -424,8 +426,9 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
         })
         .await?;
     let cancel = cancel_on_ctrl_c();
-    let report = kernel.run_turn(session_id, &task, &resolved.run, &cancel).await?;
-    Ok(finish(&report, options.json))
+    let report = kernel.run_turn(session_id, &task, &resolved.run, &cancel).await;
+    outbox.finish().await;
+    Ok(finish(&report?, options.json))
 }
 
 async fn resolve_session(store: &Arc<dyn Store>, prefix: &str) -> anyhow::Result<SessionId> {
@@ -458,24 +461,26 @@ async fn resume(session: &str, task: Option<String>, options: RunOptions) -> any
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
     let mut resolved =
         resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model))?;
+    let outbox = crate::outbox::start(&config, &home, store.clone())?;
     let mcp = mcp::start(&config, &home, &workspace, true).await?;
     resolved.run.instructions.splice(0..0, mcp.policy_instruction());
-    let kernel = build_kernel(store, &resolved, options.json, &mcp)?;
+    let kernel = build_kernel(store, &resolved, options.json, &mcp, &outbox)?;
     let cancel = cancel_on_ctrl_c();
     let report = match task {
         Some(task) if !task.trim().is_empty() => {
-            kernel.run_turn(session_id, &task, &resolved.run, &cancel).await?
+            kernel.run_turn(session_id, &task, &resolved.run, &cancel).await.map_err(Into::into)
         }
         Some(_) => return Err(usage("the task is empty")),
-        None => kernel.resume(session_id, &resolved.run, &cancel).await.map_err(
-            |error| match error {
+        None => {
+            kernel.resume(session_id, &resolved.run, &cancel).await.map_err(|error| match error {
                 keel_kernel::KernelError::NothingToResume(_)
                 | keel_kernel::KernelError::Sealed(_) => usage(error.to_string()),
                 other => anyhow::Error::new(other),
-            },
-        )?,
+            })
+        }
     };
-    Ok(finish(&report, options.json))
+    outbox.finish().await;
+    Ok(finish(&report?, options.json))
 }
 
 async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
@@ -587,10 +592,13 @@ async fn compact(session: &str, options: RunOptions) -> anyhow::Result<u8> {
     let workspace = canonical_workspace(Some(Path::new(workspace)))?;
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
     let resolved = resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model))?;
+    let outbox = crate::outbox::start(&config, &home, store.clone())?;
     let mcp = mcp::start(&config, &home, &workspace, true).await?;
-    let kernel = build_kernel(store, &resolved, options.json, &mcp)?;
+    let kernel = build_kernel(store, &resolved, options.json, &mcp, &outbox)?;
     let cancel = cancel_on_ctrl_c();
-    match kernel.compact_session(session_id, &resolved.run, &cancel).await {
+    let compacted = kernel.compact_session(session_id, &resolved.run, &cancel).await;
+    outbox.finish().await;
+    match compacted {
         Ok(Some((before, after))) => {
             eprintln!("keel: compacted session {session_id}: ~{before} → ~{after} tokens");
             Ok(exit::COMPLETED)

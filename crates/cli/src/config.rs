@@ -11,6 +11,10 @@
 //! redefine the user's), but never mark one `trusted` or declare a tool `access = "read"`,
 //! so every tool of a workspace-defined server still asks for consent. FIXME(#8): a
 //! workspace-defined stdio server is still *started* (outside the sandbox) without asking.
+//!
+//! `[[outbox]]` tables (sinks the ledger is mirrored to, DESIGN.md §6) come from the user
+//! file only: a sink sends every event of every session somewhere, so a workspace file
+//! that declares one is refused.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,6 +44,9 @@ pub(crate) struct ConfigFile {
     /// `[mcp_servers.NAME]`: MCP servers whose tools join the built-in ones.
     #[serde(default)]
     pub(crate) mcp_servers: BTreeMap<String, keel_mcp::McpServerConfig>,
+    /// `[[outbox]]`: sinks the ledger is mirrored to (user file only).
+    #[serde(default)]
+    pub(crate) outbox: Vec<keel_outbox::SinkConfig>,
 }
 
 /// `[permissions]`: rules such as `bash(git status*)` that pre-answer consent.
@@ -120,6 +127,14 @@ pub(crate) fn load_merged(keel_home: &Path, workspace: &Path) -> anyhow::Result<
             keel_home.join("config.toml").display()
         );
     }
+    if !local.outbox.is_empty() {
+        bail!(
+            "{} declares `[[outbox]]` sinks: a workspace config cannot send the ledger \
+             anywhere; declare sinks in {}",
+            workspace_path.display(),
+            keel_home.join("config.toml").display()
+        );
+    }
     let mut mcp_servers = user.mcp_servers;
     for (name, server) in local.mcp_servers {
         if mcp_servers.contains_key(&name) {
@@ -166,5 +181,6 @@ pub(crate) fn load_merged(keel_home: &Path, workspace: &Path) -> anyhow::Result<
             deny: user.permissions.deny.into_iter().chain(local.permissions.deny).collect(),
         },
         mcp_servers,
+        outbox: user.outbox,
     })
 }

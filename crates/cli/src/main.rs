@@ -8,6 +8,7 @@ mod args;
 mod config;
 mod failpoints;
 mod mcp;
+mod outbox;
 mod output;
 mod permission;
 mod pricing;

@@ -4,6 +4,7 @@ mod crash;
 mod example;
 mod mcp_e2e;
 mod openai_e2e;
+mod outbox_e2e;
 mod postgres_e2e;
 mod providers_e2e;
 mod seal;
