@@ -22,6 +22,7 @@
 //! listing gives back exactly what `MemStore` and SQLite give back. Event bodies are JSON,
 //! where NUL is already escaped.
 
+mod leases;
 mod schema;
 
 use std::borrow::Cow;
@@ -160,13 +161,81 @@ impl Store for PgStore {
     async fn append(&self, events: &[RuntimeEvent]) -> Result<(), AppendError> {
         let Some(batch) = Batch::prepare(events)? else { return Ok(()) };
         let pool = self.pool.clone();
-        let task = tokio::spawn(async move { append_batch(&pool, &batch).await });
+        let task = tokio::spawn(async move { append_batch(&pool, &batch, None).await });
         match task.await {
             Ok(result) => result,
             Err(error) => Err(AppendError::Backend {
                 message: format!("ledger task did not finish: {error}"),
             }),
         }
+    }
+
+    /// [`Store::append`] fenced by `lease`, checked under the session's advisory lock in
+    /// the same transaction.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgStore::append`], plus [`AppendError::Fenced`] when a newer lease exists.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`PgStore::append`].
+    async fn append_leased(
+        &self,
+        events: &[RuntimeEvent],
+        lease: &keel_contracts::Lease,
+    ) -> Result<(), AppendError> {
+        let Some(batch) = Batch::prepare(events)? else { return Ok(()) };
+        let pool = self.pool.clone();
+        let lease = lease.clone();
+        let task = tokio::spawn(async move { append_batch(&pool, &batch, Some(&lease)).await });
+        match task.await {
+            Ok(result) => result,
+            Err(error) => Err(AppendError::Backend {
+                message: format!("ledger task did not finish: {error}"),
+            }),
+        }
+    }
+
+    /// Takes the session's lease (a new, larger fencing token).
+    ///
+    /// # Errors
+    ///
+    /// [`keel_contracts::LeaseError::Held`] while another holder's lease has not expired.
+    async fn acquire_lease(
+        &self,
+        session_id: SessionId,
+        holder: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        ttl: Duration,
+    ) -> Result<keel_contracts::Lease, keel_contracts::LeaseError> {
+        leases::acquire(&self.pool, session_id, holder, now, ttl).await
+    }
+
+    /// Extends the lease, keeping its token.
+    ///
+    /// # Errors
+    ///
+    /// [`keel_contracts::LeaseError::Lost`] when a newer lease exists.
+    async fn renew_lease(
+        &self,
+        lease: &keel_contracts::Lease,
+        now: chrono::DateTime<chrono::Utc>,
+        ttl: Duration,
+    ) -> Result<keel_contracts::Lease, keel_contracts::LeaseError> {
+        leases::renew(&self.pool, lease, now, ttl).await
+    }
+
+    /// Lets the lease lapse now (a no-op when a newer one exists).
+    ///
+    /// # Errors
+    ///
+    /// [`keel_contracts::LeaseError::Backend`] when PostgreSQL fails.
+    async fn release_lease(
+        &self,
+        lease: &keel_contracts::Lease,
+    ) -> Result<(), keel_contracts::LeaseError> {
+        leases::release(&self.pool, lease).await
     }
 
     /// Reads and decodes the events after `after` in one statement (one snapshot),
@@ -322,7 +391,11 @@ const SUMMARY_COLUMNS: &str =
 
 /// The append transaction: lock the session, check the stored tail, insert what is new,
 /// update the listing.
-async fn append_batch(pool: &Pool, batch: &Batch) -> Result<(), AppendError> {
+async fn append_batch(
+    pool: &Pool,
+    batch: &Batch,
+    lease: Option<&keel_contracts::Lease>,
+) -> Result<(), AppendError> {
     let mut client = pool.get().await.map_err(append_backend)?;
     let tx = client.transaction().await.map_err(append_backend)?;
     let session = batch.session_id.0;
@@ -339,6 +412,9 @@ async fn append_batch(pool: &Pool, batch: &Batch) -> Result<(), AppendError> {
     ))
     .await
     .map_err(append_backend)?;
+    if let Some(lease) = lease {
+        leases::check_fence(&tx, lease).await?;
+    }
 
     let stored = load_summary(&tx, session).await?;
     let last_seq = stored.as_ref().map_or(Seq(0), |summary| summary.last_seq);

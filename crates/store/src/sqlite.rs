@@ -10,6 +10,7 @@
 //! operation runs on tokio's blocking pool (`spawn_blocking`), so the async executor never
 //! waits on disk. Consequently every async method needs a tokio runtime.
 
+mod leases;
 mod schema;
 
 use std::fmt;
@@ -172,7 +173,86 @@ impl Store for SqliteStore {
         let Some(batch) = Batch::prepare(events)? else { return Ok(()) };
         self.blocking(
             |message| AppendError::Backend { message },
-            move |connection| append_batch(connection, &batch),
+            move |connection| append_batch(connection, &batch, None),
+        )
+        .await
+    }
+
+    /// [`Store::append`] fenced by `lease`, checked inside the same transaction.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::append`], plus [`AppendError::Fenced`] when a newer lease exists.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SqliteStore::append`].
+    async fn append_leased(
+        &self,
+        events: &[RuntimeEvent],
+        lease: &keel_contracts::Lease,
+    ) -> Result<(), AppendError> {
+        let Some(batch) = Batch::prepare(events)? else { return Ok(()) };
+        let lease = lease.clone();
+        self.blocking(
+            |message| AppendError::Backend { message },
+            move |connection| append_batch(connection, &batch, Some(&lease)),
+        )
+        .await
+    }
+
+    /// Takes the session's lease (a new, larger fencing token).
+    ///
+    /// # Errors
+    ///
+    /// [`keel_contracts::LeaseError::Held`] while another holder's lease has not expired.
+    async fn acquire_lease(
+        &self,
+        session_id: SessionId,
+        holder: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        ttl: Duration,
+    ) -> Result<keel_contracts::Lease, keel_contracts::LeaseError> {
+        let holder = holder.to_owned();
+        self.blocking(
+            |message| keel_contracts::LeaseError::Backend { message },
+            move |connection| leases::acquire(connection, session_id, &holder, now, ttl),
+        )
+        .await
+    }
+
+    /// Extends the lease, keeping its token.
+    ///
+    /// # Errors
+    ///
+    /// [`keel_contracts::LeaseError::Lost`] when a newer lease exists.
+    async fn renew_lease(
+        &self,
+        lease: &keel_contracts::Lease,
+        now: chrono::DateTime<chrono::Utc>,
+        ttl: Duration,
+    ) -> Result<keel_contracts::Lease, keel_contracts::LeaseError> {
+        let lease = lease.clone();
+        self.blocking(
+            |message| keel_contracts::LeaseError::Backend { message },
+            move |connection| leases::renew(connection, &lease, now, ttl),
+        )
+        .await
+    }
+
+    /// Lets the lease lapse now (a no-op when a newer one exists).
+    ///
+    /// # Errors
+    ///
+    /// [`keel_contracts::LeaseError::Backend`] when SQLite fails.
+    async fn release_lease(
+        &self,
+        lease: &keel_contracts::Lease,
+    ) -> Result<(), keel_contracts::LeaseError> {
+        let lease = lease.clone();
+        self.blocking(
+            |message| keel_contracts::LeaseError::Backend { message },
+            move |connection| leases::release(connection, &lease),
         )
         .await
     }
@@ -286,11 +366,18 @@ impl Store for SqliteStore {
 }
 
 /// The append transaction: check the stored tail, insert what is new, update the listing.
-fn append_batch(connection: &mut Connection, batch: &Batch) -> Result<(), AppendError> {
+fn append_batch(
+    connection: &mut Connection,
+    batch: &Batch,
+    lease: Option<&keel_contracts::Lease>,
+) -> Result<(), AppendError> {
     let session_key = batch.session_id.to_string();
     let tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(append_backend)?;
+    if let Some(lease) = lease {
+        leases::check_fence(&tx, lease)?;
+    }
     let stored = load_summary(&tx, &session_key)?;
     let last_seq = stored.as_ref().map_or(Seq(0), |summary| summary.last_seq);
     let conflict = |got: Seq| AppendError::SeqConflict {

@@ -49,10 +49,14 @@
 //! - A session prefix is case-insensitive hex with optional dashes; an empty or non-hex
 //!   prefix matches nothing.
 //! - A cancel request is taken exactly once; requesting twice before a take is one request.
+//! - One lease holder at a time until the lease lapses; fencing tokens only grow (release
+//!   keeps the token); an append under a lease older than the newest is `Fenced` and
+//!   writes nothing.
 
 mod append;
 mod cancel;
 mod durability;
+mod leases;
 mod read;
 mod sessions;
 
@@ -120,6 +124,8 @@ pub async fn run_all<F: StoreFactory>(factory: &F) {
         durability::corrupt_record_fails_the_read_and_is_never_skipped,
         durability::two_handles_append_to_different_sessions_concurrently,
         durability::two_handles_racing_for_one_seq_one_wins,
+        leases::one_holder_at_a_time_and_tokens_only_grow,
+        leases::appends_are_fenced_by_the_newest_lease,
     );
 }
 

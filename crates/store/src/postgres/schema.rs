@@ -46,6 +46,15 @@ const MIGRATIONS: &[&str] = &[
         requested_at timestamptz NOT NULL DEFAULT now()
     );
     "#,
+    // 2: run leases with fencing tokens (the newest lease per session).
+    r#"
+    CREATE TABLE keel.leases (
+        session_id uuid PRIMARY KEY,
+        holder text NOT NULL,
+        token bigint NOT NULL,
+        expires_at_ms bigint NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

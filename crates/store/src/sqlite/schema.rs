@@ -38,6 +38,15 @@ const MIGRATIONS: &[&str] = &[
         requested_at TEXT NOT NULL
     );
     ",
+    // 2: run leases with fencing tokens (the newest lease per session).
+    "
+    CREATE TABLE leases (
+        session_id TEXT PRIMARY KEY NOT NULL,
+        holder TEXT NOT NULL,
+        token INTEGER NOT NULL,
+        expires_at_ms INTEGER NOT NULL
+    );
+    ",
 ];
 
 /// The schema version this build writes: the number of migrations.
