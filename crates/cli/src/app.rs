@@ -334,8 +334,55 @@ fn build_kernel(
         counter: resolved.counter.clone(),
     };
     let kernel = Kernel::with_max_agent_depth(deps, resolved.max_agent_depth)
-        .context("cannot assemble the tool registry")?;
+        .context("cannot assemble the tool registry")?
+        .with_lease_holder(lease_holder())
+        .with_holder_liveness(Arc::new(LocalProcesses));
     crate::failpoints::install(outbox.install(kernel))
+}
+
+/// Who this process is, for session leases: `keel pid 4242 on build-7`.
+fn lease_holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_else(|_| "this host".to_owned());
+    format!("keel pid {} on {host}", std::process::id())
+}
+
+/// Liveness of lease holders on this host: `keel pid N on HOST` is alive while `/proc/N`
+/// exists (a reused pid reads as alive: the safe side); unknown for other hosts.
+#[derive(Debug)]
+struct LocalProcesses;
+
+impl keel_kernel::HolderLiveness for LocalProcesses {
+    fn alive(&self, holder: &str) -> Option<bool> {
+        holder_alive(holder)
+    }
+}
+
+fn holder_alive(holder: &str) -> Option<bool> {
+    let rest = holder.strip_prefix("keel pid ")?;
+    let (pid, host) = rest.split_once(" on ")?;
+    let pid: u32 = pid.parse().ok()?;
+    let this_host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    if host != this_host.trim() {
+        return None;
+    }
+    Some(pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Startup repair: runs left open by processes that died are closed now.
+async fn repair(kernel: &Kernel) {
+    match kernel.repair_interrupted().await {
+        Ok(repaired) if !repaired.is_empty() => {
+            for session in repaired {
+                eprintln!(
+                    "keel: closed the interrupted run of session {session} (its process stopped)"
+                );
+            }
+        }
+        Ok(_) => {}
+        Err(error) => eprintln!("keel: could not check for interrupted runs: {error}"),
+    }
 }
 
 /// Cancels on the first Ctrl-C; a second one exits at once.
@@ -417,6 +464,7 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let mcp = mcp::start(&config, &home, &workspace, true).await?;
     resolved.run.instructions.splice(0..0, mcp.policy_instruction());
     let kernel = build_kernel(store, &resolved, options.json, &mcp, &outbox)?;
+    repair(&kernel).await;
     let session_id = kernel
         .create_session(&SessionConfig {
             workspace: workspace.clone(),

@@ -166,9 +166,11 @@ pub struct Kernel {
     /// Named points where a crash harness may stop the process.
     failpoints: Arc<dyn Failpoints>,
     /// Flushed before every terminal event.
-    outbox: Arc<dyn crate::Outbox>,
+    pub(crate) outbox: Arc<dyn crate::Outbox>,
     /// The label this kernel takes session leases under.
     pub(crate) holder: String,
+    /// Tells whether another holder's process is alive.
+    pub(crate) holder_liveness: Arc<dyn crate::lease::HolderLiveness>,
 }
 
 /// How deep sub-agents may nest by default: a top-level agent may spawn children, which
@@ -225,12 +227,23 @@ impl Kernel {
             failpoints: Arc::new(NoFailpoints),
             outbox: Arc::new(crate::NoOutbox),
             holder: default_holder(),
+            holder_liveness: Arc::new(crate::lease::UnknownLiveness),
         })
     }
 
     /// This kernel, taking session leases as `holder` (e.g. `keel pid 4242 on build-7`).
     pub fn with_lease_holder(mut self, holder: impl Into<String>) -> Kernel {
         self.holder = holder.into();
+        self
+    }
+
+    /// This kernel, taking over at once a lease whose holder `liveness` reports dead
+    /// (`Some(false)`), instead of waiting for it to lapse.
+    pub fn with_holder_liveness(
+        mut self,
+        liveness: Arc<dyn crate::lease::HolderLiveness>,
+    ) -> Kernel {
+        self.holder_liveness = liveness;
         self
     }
 

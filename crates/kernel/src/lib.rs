@@ -41,7 +41,7 @@ pub use kernel::{
     DEFAULT_GRANT_TTL, DEFAULT_MAX_AGENT_DEPTH, Instruction, Kernel, KernelDeps, NoopObserver,
     Observer, RunConfig, RunReport, SessionConfig, TurnOutcome,
 };
-pub use lease::{LEASE_RENEW_EVERY, LEASE_TTL};
+pub use lease::{HolderLiveness, LEASE_RENEW_EVERY, LEASE_TTL, UnknownLiveness};
 pub use outbox::{NoOutbox, OUTBOX_FLUSH_TIMEOUT, Outbox};
 pub use permission::{PermissionHook, PermissionRequest, StaticPermissions};
 pub use registry::{AgentTools, Registry, RegistryError};

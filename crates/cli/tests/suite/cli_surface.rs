@@ -609,3 +609,31 @@ fn a_cost_budget_suspends_with_a_report_and_resume_completes() {
     // Session totals: the 3 steps of the first run and the final answer ($0.001).
     assert!(listed.contains("$0.3610"), "{listed}");
 }
+
+#[test]
+fn a_second_process_is_refused_while_a_run_holds_the_session() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(&env, LONG_COMMAND);
+    let child = env
+        .keel()
+        .args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto", "--sandbox"])
+        .args(["bypass", "t"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let session = wait_for_prepared(&env);
+    let second = env.run(&["resume", &session, "do something else", "--approval", "auto"]);
+    assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains(&format!("is being driven by keel pid {}", child.id())),
+        "{}",
+        stderr(&second)
+    );
+    // The live run was not closed as interrupted by the second process.
+    assert!(!stdout(&env.run(&["log", &session])).contains("run_failed"));
+    assert_eq!(env.run(&["stop", &session]).status.code(), Some(0));
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+}

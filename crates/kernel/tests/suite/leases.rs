@@ -60,3 +60,41 @@ async fn a_writer_whose_lease_was_taken_over_is_fenced() {
     // The old holder cannot renew either.
     assert!(store.renew_lease(&old, later, Duration::from_secs(30)).await.is_err());
 }
+
+#[derive(Debug)]
+struct DeadIf(&'static str);
+
+impl keel_kernel::HolderLiveness for DeadIf {
+    fn alive(&self, holder: &str) -> Option<bool> {
+        Some(holder != self.0)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_holder_is_taken_over_at_once_and_startup_repair_closes_its_run() {
+    let harness = Harness::new();
+    let script = r#"{"steps":[{"tool_calls":[{"name":"nap","arguments":{}}]},{"text":"done"}]}"#;
+    let crashed = harness.kernel(script).with_lease_holder("keel pid 1");
+    let session = harness.session(&crashed).await;
+    let config = harness.run_config();
+    let never = Cancellation::new();
+    // The first process "dies" mid-tool: its lease is still unexpired.
+    let dying = crashed.run_turn(session, "go", &config, &never);
+    assert!(tokio::time::timeout(Duration::from_millis(500), dying).await.is_err());
+
+    // Without knowing the holder is dead, another process must wait.
+    let unsure = harness.kernel(script).with_lease_holder("keel pid 2");
+    assert!(unsure.repair_interrupted().await.unwrap().is_empty());
+    // Knowing it is dead, it takes over at once and closes the interrupted run.
+    let sure = harness
+        .kernel(script)
+        .with_lease_holder("keel pid 3")
+        .with_holder_liveness(std::sync::Arc::new(DeadIf("keel pid 1")));
+    assert_eq!(sure.repair_interrupted().await.unwrap(), vec![session]);
+    let events = harness.store.read(session, Seq(0)).await.unwrap();
+    assert!(matches!(events.last().unwrap().kind, EventKind::RunFailed { .. }));
+    // Nothing else to repair, and the session can be driven again.
+    assert!(sure.repair_interrupted().await.unwrap().is_empty());
+    let report = sure.resume(session, &config, &Cancellation::new()).await.unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() });
+}
