@@ -57,7 +57,9 @@ pub use message::{
 pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};
 pub use pricing::{Price, cost_usd};
 pub use rules::{PermissionRules, Rule, RuleError};
-pub use store::{AppendError, Lease, LeaseError, ReadError, ResolveError, SessionStatus, SessionSummary, Store};
+pub use store::{
+    AppendError, Lease, LeaseError, ReadError, ResolveError, SessionStatus, SessionSummary, Store,
+};
 pub use tool::{
     Access, Effects, Egress, Outcome, Tool, ToolContext, ToolOutput, ToolSpec, sha256_hex,
 };
