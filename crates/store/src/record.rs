@@ -104,3 +104,32 @@ pub(crate) fn parse_session_id(text: &str) -> Result<SessionId, String> {
         .map(SessionId)
         .map_err(|error| format!("bad session id {text:?}: {error}"))
 }
+
+/// A lease expiry as stored: milliseconds since the Unix epoch.
+pub(crate) fn lease_millis(at: DateTime<Utc>) -> i64 {
+    at.timestamp_millis()
+}
+
+/// A stored lease expiry back as a time (the earliest time for out-of-range values, so a
+/// damaged row reads as lapsed rather than held forever).
+pub(crate) fn lease_time(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// `now + ttl`, saturating.
+pub(crate) fn lease_expiry(now: DateTime<Utc>, ttl: std::time::Duration) -> DateTime<Utc> {
+    chrono::TimeDelta::from_std(ttl)
+        .ok()
+        .and_then(|ttl| now.checked_add_signed(ttl))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// A fencing token as stored (tokens stay far below `i64::MAX`).
+pub(crate) fn token_column(token: u64) -> i64 {
+    i64::try_from(token).unwrap_or(i64::MAX)
+}
+
+/// A stored fencing token back.
+pub(crate) fn token_of(value: i64) -> u64 {
+    value.max(0).unsigned_abs()
+}

@@ -4,37 +4,15 @@
 
 use std::time::Duration;
 
+use crate::record::{lease_expiry, lease_millis, lease_time, token_column, token_of};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
 use keel_contracts::{AppendError, Lease, LeaseError, SessionId};
 
 use super::session_lock_key;
 
-fn millis(at: DateTime<Utc>) -> i64 {
-    at.timestamp_millis()
-}
-
-fn from_millis(ms: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MIN_UTC)
-}
-
-fn plus(now: DateTime<Utc>, ttl: Duration) -> DateTime<Utc> {
-    chrono::TimeDelta::from_std(ttl)
-        .ok()
-        .and_then(|ttl| now.checked_add_signed(ttl))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
-
 fn backend(error: impl std::fmt::Display) -> LeaseError {
     LeaseError::Backend { message: error.to_string() }
-}
-
-fn token_of(value: i64) -> u64 {
-    value.max(0).unsigned_abs()
-}
-
-fn column(token: u64) -> i64 {
-    i64::try_from(token).unwrap_or(i64::MAX)
 }
 
 async fn lock(tx: &Transaction<'_>, session_id: SessionId) -> Result<(), tokio_postgres::Error> {
@@ -67,20 +45,20 @@ pub(super) async fn acquire(
     let previous = current(&tx, session_id).await.map_err(backend)?;
     if let Some((held_by, _, until)) = &previous
         && held_by != holder
-        && *until > millis(now)
+        && *until > lease_millis(now)
     {
         return Err(LeaseError::Held {
             session_id,
             holder: held_by.clone(),
-            expires_at: from_millis(*until),
+            expires_at: lease_time(*until),
         });
     }
     let token = previous.map_or(0, |(_, token, _)| token) + 1;
-    let expires_at = plus(now, ttl);
+    let expires_at = lease_expiry(now, ttl);
     tx.execute(
         "INSERT INTO keel.leases (session_id, holder, token, expires_at_ms) VALUES ($1, $2, $3, $4)
          ON CONFLICT (session_id) DO UPDATE SET holder = $2, token = $3, expires_at_ms = $4",
-        &[&session_id.0, &holder, &column(token), &millis(expires_at)],
+        &[&session_id.0, &holder, &token_column(token), &lease_millis(expires_at)],
     )
     .await
     .map_err(backend)?;
@@ -95,11 +73,11 @@ pub(super) async fn renew(
     ttl: Duration,
 ) -> Result<Lease, LeaseError> {
     let client = pool.get().await.map_err(backend)?;
-    let expires_at = plus(now, ttl);
+    let expires_at = lease_expiry(now, ttl);
     let updated = client
         .execute(
             "UPDATE keel.leases SET expires_at_ms = $3 WHERE session_id = $1 AND token = $2",
-            &[&lease.session_id.0, &column(lease.token), &millis(expires_at)],
+            &[&lease.session_id.0, &token_column(lease.token), &lease_millis(expires_at)],
         )
         .await
         .map_err(backend)?;
@@ -114,7 +92,7 @@ pub(super) async fn release(pool: &Pool, lease: &Lease) -> Result<(), LeaseError
     client
         .execute(
             "UPDATE keel.leases SET expires_at_ms = $3 WHERE session_id = $1 AND token = $2",
-            &[&lease.session_id.0, &column(lease.token), &i64::MIN],
+            &[&lease.session_id.0, &token_column(lease.token), &i64::MIN],
         )
         .await
         .map(drop)

@@ -3,24 +3,10 @@
 
 use std::time::Duration;
 
+use crate::record::{lease_expiry, lease_millis, lease_time, token_column, token_of};
 use chrono::{DateTime, Utc};
 use keel_contracts::{AppendError, Lease, LeaseError, SessionId};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
-
-fn millis(at: DateTime<Utc>) -> i64 {
-    at.timestamp_millis()
-}
-
-fn from_millis(ms: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MIN_UTC)
-}
-
-fn plus(now: DateTime<Utc>, ttl: Duration) -> DateTime<Utc> {
-    chrono::TimeDelta::from_std(ttl)
-        .ok()
-        .and_then(|ttl| now.checked_add_signed(ttl))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
 
 fn backend(error: rusqlite::Error) -> LeaseError {
     LeaseError::Backend { message: error.to_string() }
@@ -31,7 +17,7 @@ fn current(tx: &Transaction<'_>, session: &str) -> rusqlite::Result<Option<(Stri
     tx.query_row(
         "SELECT holder, token, expires_at_ms FROM leases WHERE session_id = ?1",
         [session],
-        |row| Ok((row.get(0)?, row.get::<_, i64>(1)?.max(0).unsigned_abs(), row.get(2)?)),
+        |row| Ok((row.get(0)?, token_of(row.get::<_, i64>(1)?), row.get(2)?)),
     )
     .optional()
 }
@@ -49,20 +35,20 @@ pub(super) fn acquire(
     let previous = current(&tx, &session).map_err(backend)?;
     if let Some((held_by, _, until)) = &previous
         && held_by != holder
-        && *until > millis(now)
+        && *until > lease_millis(now)
     {
         return Err(LeaseError::Held {
             session_id,
             holder: held_by.clone(),
-            expires_at: from_millis(*until),
+            expires_at: lease_time(*until),
         });
     }
     let token = previous.map_or(0, |(_, token, _)| token) + 1;
-    let expires_at = plus(now, ttl);
+    let expires_at = lease_expiry(now, ttl);
     tx.execute(
         "INSERT INTO leases (session_id, holder, token, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (session_id) DO UPDATE SET holder = ?2, token = ?3, expires_at_ms = ?4",
-        params![session, holder, i64::try_from(token).unwrap_or(i64::MAX), millis(expires_at)],
+        params![session, holder, token_column(token), lease_millis(expires_at)],
     )
     .map_err(backend)?;
     tx.commit().map_err(backend)?;
@@ -75,14 +61,14 @@ pub(super) fn renew(
     now: DateTime<Utc>,
     ttl: Duration,
 ) -> Result<Lease, LeaseError> {
-    let expires_at = plus(now, ttl);
+    let expires_at = lease_expiry(now, ttl);
     let updated = connection
         .execute(
             "UPDATE leases SET expires_at_ms = ?3 WHERE session_id = ?1 AND token = ?2",
             params![
                 lease.session_id.to_string(),
-                i64::try_from(lease.token).unwrap_or(i64::MAX),
-                millis(expires_at)
+                token_column(lease.token),
+                lease_millis(expires_at)
             ],
         )
         .map_err(backend)?;
@@ -97,11 +83,7 @@ pub(super) fn release(connection: &mut Connection, lease: &Lease) -> Result<(), 
     connection
         .execute(
             "UPDATE leases SET expires_at_ms = ?3 WHERE session_id = ?1 AND token = ?2",
-            params![
-                lease.session_id.to_string(),
-                i64::try_from(lease.token).unwrap_or(i64::MAX),
-                i64::MIN
-            ],
+            params![lease.session_id.to_string(), token_column(lease.token), i64::MIN],
         )
         .map(drop)
         .map_err(backend)
