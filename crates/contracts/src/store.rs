@@ -29,6 +29,24 @@ pub enum SessionStatus {
 }
 
 impl SessionStatus {
+    /// Every status, so stores can round-trip all of them (a new variant must be added
+    /// here, or the exhaustive match below fails to compile).
+    pub const ALL: [SessionStatus; 8] = [
+        SessionStatus::Idle,
+        SessionStatus::Running,
+        SessionStatus::Completed,
+        SessionStatus::Failed,
+        SessionStatus::Suspended,
+        SessionStatus::Cancelled,
+        SessionStatus::Denied,
+        SessionStatus::Sealed,
+    ];
+
+    /// The status spelled `text` (the inverse of [`SessionStatus::as_str`]).
+    pub fn parse(text: &str) -> Option<SessionStatus> {
+        SessionStatus::ALL.into_iter().find(|status| status.as_str() == text)
+    }
+
     /// Lowercase display spelling.
     pub fn as_str(self) -> &'static str {
         match self {

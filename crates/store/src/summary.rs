@@ -78,17 +78,7 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
 
 /// Parses [`SessionStatus::as_str`]'s spelling.
 pub(crate) fn parse_status(text: &str) -> Option<SessionStatus> {
-    let status = match text {
-        "idle" => SessionStatus::Idle,
-        "running" => SessionStatus::Running,
-        "completed" => SessionStatus::Completed,
-        "failed" => SessionStatus::Failed,
-        "suspended" => SessionStatus::Suspended,
-        "cancelled" => SessionStatus::Cancelled,
-        "sealed" => SessionStatus::Sealed,
-        _ => return None,
-    };
-    Some(status)
+    SessionStatus::parse(text)
 }
 
 /// The display title for a turn input: whitespace runs collapsed to one space, at most
@@ -110,15 +100,7 @@ mod tests {
 
     #[test]
     fn every_status_spelling_parses_back() {
-        for status in [
-            SessionStatus::Idle,
-            SessionStatus::Running,
-            SessionStatus::Completed,
-            SessionStatus::Failed,
-            SessionStatus::Suspended,
-            SessionStatus::Cancelled,
-            SessionStatus::Sealed,
-        ] {
+        for status in SessionStatus::ALL {
             assert_eq!(parse_status(status.as_str()), Some(status));
         }
         assert_eq!(parse_status("Running"), None);

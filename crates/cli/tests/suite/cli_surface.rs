@@ -559,6 +559,10 @@ fn a_boundary_request_widens_managed_bash_when_approved_and_denial_exits_4() {
     assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
     assert!(stderr(&output).contains("run denied"), "{}", stderr(&output));
     assert!(!target.exists());
+    // The listing round-trips the denied status (it once broke every later listing).
+    let listed = env.run(&["sessions"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    assert!(stdout(&listed).contains("denied"), "{}", stdout(&listed));
 }
 
 #[test]

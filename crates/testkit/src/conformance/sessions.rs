@@ -15,6 +15,7 @@ fn ended(kind: &str) -> EventKind {
         "completed" => EventKind::RunCompleted { reason, usage },
         "failed" => EventKind::RunFailed { reason, usage },
         "suspended" => EventKind::RunSuspended { reason, usage },
+        "denied" => EventKind::RunDenied { reason, usage },
         _ => EventKind::RunCancelled { reason, usage },
     }
 }
@@ -53,7 +54,7 @@ pub(super) async fn sessions_list_newest_first_with_status_and_title<F: StoreFac
     let events = Events::new();
     // Created in this order; the ids sort differently on purpose.
     let (idle, running, child) = (session(9), session(2), session(5));
-    let ended_ids = [session(7), session(1), session(8), session(3)];
+    let ended_ids = [session(7), session(1), session(8), session(3), session(4)];
 
     let idle_events = vec![events.created(idle, "/w/idle")];
     let running_events = vec![
@@ -68,7 +69,7 @@ pub(super) async fn sessions_list_newest_first_with_status_and_title<F: StoreFac
     must(store.append(&running_events).await, "append running");
     must(store.append(&child_events).await, "append child");
 
-    let endings = ["completed", "failed", "suspended", "cancelled"];
+    let endings = ["completed", "failed", "suspended", "cancelled", "denied"];
     let mut ended_events = Vec::new();
     for (id, ending) in ended_ids.iter().zip(endings) {
         let chain = vec![
@@ -90,6 +91,7 @@ pub(super) async fn sessions_list_newest_first_with_status_and_title<F: StoreFac
         SessionStatus::Failed,
         SessionStatus::Suspended,
         SessionStatus::Cancelled,
+        SessionStatus::Denied,
     ];
     let mut expected: Vec<SessionSummary> = ended_events
         .iter()
