@@ -385,18 +385,33 @@ async fn repair(kernel: &Kernel) {
     }
 }
 
-/// Cancels on the first Ctrl-C; a second one exits at once.
+/// Cancels on the first Ctrl-C (SIGINT) or SIGTERM (what `timeout`, CI runners and
+/// container stops send), so every open call is answered and every tool's process group
+/// is killed; a second signal exits at once.
 fn cancel_on_ctrl_c() -> Cancellation {
     let cancel = Cancellation::new();
     let flag = cancel.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\nkeel: cancelling (Ctrl-C again to quit at once)");
-            flag.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(i32::from(exit::CANCELLED));
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        for first in [true, false] {
+            match terminate.as_mut() {
+                Some(term) => {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                None => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+            if first {
+                eprintln!("\nkeel: cancelling (signal again to quit at once)");
+                flag.cancel();
             }
         }
+        std::process::exit(i32::from(exit::CANCELLED));
     });
     cancel
 }
@@ -425,7 +440,7 @@ fn finish(report: &RunReport, json: bool) -> u8 {
     match &report.outcome {
         TurnOutcome::Completed { text } => {
             if !json {
-                println!("{text}");
+                outln!("{text}");
             }
             exit::COMPLETED
         }
@@ -435,7 +450,7 @@ fn finish(report: &RunReport, json: bool) -> u8 {
         }
         TurnOutcome::Suspended { reason, report: text } => {
             if !json && !text.is_empty() {
-                println!("{text}");
+                outln!("{text}");
             }
             eprintln!(
                 "keel: run suspended ({reason}); a checkpoint was recorded\nkeel: continue with `keel resume {}`",
@@ -564,7 +579,7 @@ async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
                 "parent": session.parent,
                 "usage": usage,
             });
-            println!("{line}");
+            outln!("{line}");
         }
         return Ok(exit::COMPLETED);
     }
@@ -574,7 +589,7 @@ async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
     }
     let print_row = |session: &keel_contracts::SessionSummary, depth: usize| {
         let usage = totals.get(&session.id).copied().unwrap_or_default();
-        println!(
+        outln!(
             "{}{}  {:<9}  {}  {:>8} tok  {:>9}  {}  {}",
             "  ".repeat(depth),
             session.id,
@@ -615,7 +630,7 @@ async fn log(session: &str, json: bool) -> anyhow::Result<u8> {
         if json {
             output::print_json(event);
         } else if let Some(line) = output::human_line(event, false) {
-            println!("{line}");
+            outln!("{line}");
         }
     }
     Ok(exit::COMPLETED)

@@ -3,6 +3,15 @@
 //! Exit status (DESIGN.md §9): `0` completed, `1` failed, `2` usage or configuration
 //! error, `3` suspended, `4` denied, `130` cancelled.
 
+/// `println!` that never panics: a closed stdout (`keel sessions | head -1`) is not an
+/// error worth a backtrace, and the exit status must stay the run's.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 mod app;
 mod args;
 mod config;

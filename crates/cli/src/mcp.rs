@@ -83,7 +83,7 @@ pub(crate) async fn list(workspace: Option<&Path>) -> anyhow::Result<u8> {
             ServerState::Connected => "connected".to_owned(),
             ServerState::Failed { reason } => format!("failed: {reason}"),
         };
-        println!("{}  {state}  ({})", status.name, status.transport);
+        outln!("{}  {state}  ({})", status.name, status.transport);
         let width = status.tools.iter().map(|tool| tool.name.len()).max().unwrap_or(0);
         for tool in &status.tools {
             let egress = match tool.effects.egress {
@@ -96,7 +96,7 @@ pub(crate) async fn list(workspace: Option<&Path>) -> anyhow::Result<u8> {
                 Some(false) => "false",
                 None => "-",
             };
-            println!(
+            outln!(
                 "  {:<width$}  {:<5}  egress={egress:<8}  by={:<20}  readOnlyHint={hint}",
                 tool.name,
                 tool.access.as_str(),
@@ -104,10 +104,10 @@ pub(crate) async fn list(workspace: Option<&Path>) -> anyhow::Result<u8> {
             );
         }
         for note in &status.notes {
-            println!("  note: {note}");
+            outln!("  note: {note}");
         }
         if let Some(log) = &status.log_path {
-            println!("  log: {}", log.display());
+            outln!("  log: {}", log.display());
         }
     }
     Ok(exit::COMPLETED)

@@ -641,3 +641,53 @@ fn a_second_process_is_refused_while_a_run_holds_the_session() {
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
 }
+
+#[test]
+fn sigterm_cancels_like_ctrl_c_and_kills_the_tool() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(&env, LONG_COMMAND);
+    let child = env
+        .keel()
+        .args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto", "--sandbox"])
+        .args(["bypass", "t"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let session = wait_for_prepared(&env);
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    check_cancelled(&env, &session, &ws);
+}
+
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(&env, r#"{"steps":[{"text":"a long answer"}]}"#);
+    for _ in 0..3 {
+        assert_eq!(
+            env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "t"]).status.code(),
+            Some(0)
+        );
+    }
+    for args in [vec!["sessions"], vec!["run", "-C", ws.to_str().unwrap(), "-m", &model, "t"]] {
+        let mut child = env
+            .keel()
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        assert!(!stderr(&output).contains("panicked"), "{args:?}: {}", stderr(&output));
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {}", stderr(&output));
+    }
+}
