@@ -41,8 +41,13 @@ async fn build_and_test_a_rust_crate() {
         "src/lib.rs",
         "pub fn add(a: u32, b: u32) -> u32 { a + b }\n#[test]\nfn adds() { assert_eq!(add(2, 2), 4); }\n",
     );
-    let output =
-        managed(&fixture, "cargo test --offline 2>&1 | grep -E '^test (adds|result)'").await;
+    // The build goes to the workspace's own `target/`, whatever CARGO_TARGET_DIR the test
+    // process has (CI points it outside, where the sandbox rightly refuses writes).
+    let output = managed(
+        &fixture,
+        "CARGO_TARGET_DIR=target cargo test --offline 2>&1 | grep -E '^test (adds|result)'",
+    )
+    .await;
     assert!(output.content.contains("test adds ... ok"), "{}", output.content);
     assert!(output.content.contains("test result: ok. 1 passed"), "{}", output.content);
     assert!(fixture.root.join("target").is_dir());
