@@ -204,10 +204,19 @@ fn resolve(
 
     let max_time = match options.max_time.as_deref().or(config.max_time.as_deref()) {
         Some(text) => Some(parse_duration(text).ok_or_else(|| {
-            usage(format!("invalid duration '{text}': use e.g. 500ms, 90s, 10m or 2h"))
+            usage(format!(
+                "invalid duration '{text}': give a positive time such as 500ms, 90s, 10m or 2h \
+                 (a bare number is seconds)"
+            ))
         })?),
         None => None,
     };
+    if options.max_steps.or(config.max_steps) == Some(0) {
+        return Err(usage("--max-steps must be at least 1"));
+    }
+    if options.max_tokens.or(config.max_tokens) == Some(0) {
+        return Err(usage("--max-tokens must be at least 1"));
+    }
     let budget = Budget {
         max_steps: options.max_steps.or(config.max_steps),
         max_tokens: options.max_tokens.or(config.max_tokens),
@@ -229,6 +238,17 @@ fn resolve(
              $KEEL_HOME/prices.toml or drop --max-cost-usd"
         )));
     }
+    // A new session records its scripted model by absolute path, so `keel resume` works
+    // from any directory.
+    let model_spec = match model_spec.strip_prefix("scripted:") {
+        Some(path) if session_model.is_none() && Path::new(path).is_relative() => {
+            match std::env::current_dir() {
+                Ok(dir) => format!("scripted:{}", dir.join(path).display()),
+                Err(_) => model_spec,
+            }
+        }
+        _ => model_spec,
+    };
     let (provider, model_name) = model_spec.split_once(':').unwrap_or(("", ""));
     let context_window =
         options.context_window.or_else(|| crate::tokens::known_window(provider, model_name));
@@ -370,6 +390,33 @@ fn holder_alive(holder: &str) -> Option<bool> {
     Some(pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists())
 }
 
+/// Every tool the envelope names must exist: a typo in `--forbid bsh` would otherwise
+/// forbid nothing, and one in `--reads` would quietly narrow the scope.
+fn check_tool_names(kernel: &Kernel, envelope: &Envelope) -> anyhow::Result<()> {
+    let known = kernel.registry().names();
+    let mut unknown: Vec<(&str, &String)> = Vec::new();
+    for (flag, scope) in [("--reads", &envelope.reads), ("--writes", &envelope.writes)] {
+        if let Scope::Tools(names) = scope {
+            unknown
+                .extend(names.iter().filter(|name| !known.contains(name)).map(|name| (flag, name)));
+        }
+    }
+    unknown.extend(
+        envelope
+            .forbidden
+            .iter()
+            .filter(|name| !known.contains(name))
+            .map(|name| ("--forbid", name)),
+    );
+    if let Some((flag, name)) = unknown.first() {
+        return Err(usage(format!(
+            "unknown tool '{name}' in {flag} (or the [envelope] config); known tools: {}",
+            known.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 /// Startup repair: runs left open by processes that died are closed now.
 async fn repair(kernel: &Kernel) {
     match kernel.repair_interrupted().await {
@@ -479,6 +526,7 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let mcp = mcp::start(&config, &home, &workspace, true).await?;
     resolved.run.instructions.splice(0..0, mcp.policy_instruction());
     let kernel = build_kernel(store, &resolved, options.json, &mcp, &outbox)?;
+    check_tool_names(&kernel, &resolved.envelope)?;
     repair(&kernel).await;
     let session_id = kernel
         .create_session(&SessionConfig {

@@ -33,6 +33,11 @@ fn usage_errors_exit_2_with_a_message() {
         ),
         (&["run", "-C", "/nonexistent/dir", "-m", "scripted:x", "t"], "workspace /nonexistent/dir"),
         (&["log", "zzzz"], "no session matches 'zzzz'"),
+        (
+            &["run", "-C", ws, "-m", "scripted:x", "--max-steps", "0", "t"],
+            "--max-steps must be at least 1",
+        ),
+        (&["run", "-C", ws, "-m", "scripted:x", "--max-time", "0s", "t"], "give a positive time"),
     ];
     for (args, message) in cases {
         let output = env.run(args);
@@ -690,4 +695,44 @@ fn a_closed_stdout_is_not_a_panic() {
         assert!(!stderr(&output).contains("panicked"), "{args:?}: {}", stderr(&output));
         assert_eq!(output.status.code(), Some(0), "{args:?}: {}", stderr(&output));
     }
+}
+
+#[test]
+fn a_typo_in_a_tool_scope_is_a_usage_error_not_a_silent_no_op() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(&env, r#"{"steps":[{"text":"hi"}]}"#);
+    for flag in ["--forbid", "--reads", "--writes"] {
+        let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, flag, "bsh", "t"]);
+        assert_eq!(output.status.code(), Some(2), "{flag}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(&format!("unknown tool 'bsh' in {flag}")),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
+
+#[test]
+fn a_relative_script_path_is_recorded_absolute_so_resume_works_from_anywhere() {
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::write(
+        env.scratch.path().join("two.json"),
+        r#"{"steps":[{"text":"first"},{"text":"second"}]}"#,
+    )
+    .unwrap();
+    let output = env
+        .keel()
+        .current_dir(env.scratch.path())
+        .args(["run", "-C", ws.to_str().unwrap(), "-m", "scripted:two.json", "--json", "t"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let events = json_lines(&output);
+    let session = events[0]["session_id"].as_str().unwrap().to_owned();
+    assert!(events[0]["model"].as_str().unwrap().starts_with("scripted:/"), "{}", events[0]);
+    let resumed = env.keel().current_dir("/").args(["resume", &session, "again"]).output().unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(stdout(&resumed).trim(), "second");
 }
