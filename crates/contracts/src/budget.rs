@@ -1,8 +1,11 @@
 //! Budgets (DESIGN.md §4): when a run must stop early, decided as a pure function.
 //!
 //! Exhaustion suspends a run (never completes it). Before that, the last permitted step
-//! runs with tools off so the model can write its report; a step is the last permitted when
-//! the next one would reach a ceiling, predicted from the previous step's own spend.
+//! runs with tools off so the model can write its report. Token, cost and time ceilings
+//! predict a step's spend from the previous step's: when even one more step would reach a
+//! ceiling the run stops now (no report, so the ceiling holds); when one more fits but not
+//! two, the next step is the last and runs tools-off. A step ceiling is exact: of N steps,
+//! the Nth is the tools-off report.
 
 use std::time::Duration;
 
@@ -154,43 +157,46 @@ pub fn check_budget(budget: &Budget, spent: &Spent) -> BudgetVerdict {
             ));
         }
     }
+    // Tokens, cost and time: the next step is predicted to cost what the last one did.
     if let Some(max) = budget.max_tokens {
-        if spent.tokens >= max {
-            return exhausted(format!("token budget exhausted ({} of {max} tokens)", spent.tokens));
+        let (spent_now, step) = (spent.tokens, spent.last_step_tokens);
+        if spent_now >= max || (spent.steps > 0 && spent_now + step >= max) {
+            return exhausted(format!(
+                "token budget exhausted ({spent_now} of {max} tokens; another step would exceed it)"
+            ));
         }
-        if spent.steps > 0 && spent.tokens + spent.last_step_tokens >= max {
+        if spent.steps > 0 && spent_now + 2 * step >= max {
             last_step.get_or_insert(format!(
-                "token budget: {} of {max} tokens used, the next step would exceed it",
-                spent.tokens
+                "token budget: {spent_now} of {max} tokens used, room for one more step"
             ));
         }
     }
     if let Some(max) = budget.max_cost_usd {
-        if spent.cost_usd >= max {
+        let (spent_now, step) = (spent.cost_usd, spent.last_step_cost_usd);
+        if spent_now >= max || (spent.steps > 0 && spent_now + step >= max) {
             return exhausted(format!(
-                "cost budget exhausted (${:.4} of ${max:.4})",
-                spent.cost_usd
+                "cost budget exhausted (${spent_now:.4} of ${max:.4}; another step would exceed it)"
             ));
         }
-        if spent.steps > 0 && spent.cost_usd + spent.last_step_cost_usd >= max {
+        if spent.steps > 0 && spent_now + 2.0 * step >= max {
             last_step.get_or_insert(format!(
-                "cost budget: ${:.4} of ${max:.4} used, the next step would exceed it",
-                spent.cost_usd
+                "cost budget: ${spent_now:.4} of ${max:.4} used, room for one more step"
             ));
         }
     }
     if let Some(max) = budget.max_time {
-        if spent.elapsed >= max {
+        let (spent_now, step) = (spent.elapsed, spent.last_step_elapsed);
+        if spent_now >= max || (spent.steps > 0 && spent_now + step >= max) {
             return exhausted(format!(
-                "time budget exhausted ({} ms of {} ms)",
-                spent.elapsed.as_millis(),
+                "time budget exhausted ({} ms of {} ms; another step would exceed it)",
+                spent_now.as_millis(),
                 max.as_millis()
             ));
         }
-        if spent.steps > 0 && spent.elapsed + spent.last_step_elapsed >= max {
+        if spent.steps > 0 && spent_now + 2 * step >= max {
             last_step.get_or_insert(format!(
-                "time budget: {} ms of {} ms used, the next step would exceed it",
-                spent.elapsed.as_millis(),
+                "time budget: {} ms of {} ms used, room for one more step",
+                spent_now.as_millis(),
                 max.as_millis()
             ));
         }
@@ -218,48 +224,36 @@ mod tests {
         let tokens = Budget { max_tokens: Some(1000), ..Budget::default() };
         let time = Budget { max_time: Some(Duration::from_secs(10)), ..Budget::default() };
         let cost = Budget { max_cost_usd: Some(0.5), ..Budget::default() };
+        let at = |steps: u32, elapsed: u64, last: u64| Spent {
+            steps,
+            elapsed: Duration::from_secs(elapsed),
+            last_step_elapsed: Duration::from_secs(last),
+            ..Spent::default()
+        };
+        let paid = |steps: u32, cost_usd: f64, last: f64| Spent {
+            steps,
+            cost_usd,
+            last_step_cost_usd: last,
+            ..Spent::default()
+        };
         let cases: Vec<(Budget, Spent, &str)> = vec![
             (Budget::default(), spent(500, 10_000_000, 10_000), "continue"),
             (tokens, spent(0, 0, 0), "continue"),
-            (tokens, spent(1, 400, 400), "continue"),
-            (tokens, spent(2, 800, 400), "last"),
+            // 300 + 2 × 300 < 1000: two more steps fit.
+            (tokens, spent(1, 300, 300), "continue"),
+            // 400 + 400 < 1000 but 400 + 2 × 400 ≥ 1000: one more step, tools off.
+            (tokens, spent(1, 400, 400), "last"),
+            // 800 + 400 ≥ 1000: another step would go past the ceiling; stop now.
+            (tokens, spent(2, 800, 400), "exhausted"),
             (tokens, spent(3, 1000, 200), "exhausted"),
-            (
-                time,
-                Spent {
-                    steps: 1,
-                    elapsed: Duration::from_secs(4),
-                    last_step_elapsed: Duration::from_secs(4),
-                    ..Spent::default()
-                },
-                "continue",
-            ),
-            (
-                time,
-                Spent {
-                    steps: 2,
-                    elapsed: Duration::from_secs(8),
-                    last_step_elapsed: Duration::from_secs(4),
-                    ..Spent::default()
-                },
-                "last",
-            ),
-            (
-                time,
-                Spent { steps: 2, elapsed: Duration::from_secs(11), ..Spent::default() },
-                "exhausted",
-            ),
-            (
-                cost,
-                Spent { steps: 1, cost_usd: 0.2, last_step_cost_usd: 0.2, ..Spent::default() },
-                "continue",
-            ),
-            (
-                cost,
-                Spent { steps: 2, cost_usd: 0.4, last_step_cost_usd: 0.2, ..Spent::default() },
-                "last",
-            ),
-            (cost, Spent { steps: 3, cost_usd: 0.6, ..Spent::default() }, "exhausted"),
+            (time, at(1, 3, 3), "continue"),
+            (time, at(1, 4, 4), "last"),
+            (time, at(2, 8, 4), "exhausted"),
+            (time, at(2, 11, 0), "exhausted"),
+            (cost, paid(1, 0.1, 0.1), "continue"),
+            (cost, paid(1, 0.2, 0.2), "last"),
+            (cost, paid(2, 0.4, 0.2), "exhausted"),
+            (cost, paid(3, 0.6, 0.0), "exhausted"),
         ];
         for (budget, spent, want) in cases {
             let got = match check_budget(&budget, &spent) {

@@ -118,7 +118,7 @@ fn token_and_time_budgets_suspend_with_a_checkpoint_and_resume_to_completion() {
         "-m",
         &model,
         "--max-tokens",
-        "700",
+        "1000",
         "--json",
         "t",
     ]);
@@ -598,7 +598,7 @@ fn a_cost_budget_suspends_with_a_report_and_resume_completes() {
         "-m",
         &model,
         "--max-cost-usd",
-        "0.30",
+        "0.40",
         "--json",
         "t",
     ]);

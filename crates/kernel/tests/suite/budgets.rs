@@ -65,17 +65,20 @@ async fn step_budget_runs_a_tools_off_report_step_then_resume_completes() {
 #[tokio::test]
 async fn token_budget_predicts_the_last_step_from_the_previous_one() {
     let mut harness = Harness::new();
-    harness.budget = Budget { max_tokens: Some(1000), ..Budget::default() };
+    harness.budget = Budget { max_tokens: Some(1300), ..Budget::default() };
+    // 400 tokens a step: after two steps (800), one more fits (1200) but not two (1600).
     let step = r#"{"tool_calls":[{"name":"read","arguments":{"path":"a"}}],"usage":{"input_tokens":350,"output_tokens":50}}"#;
     let script = format!(
         r#"{{"steps":[{step},{step},{{"text":"report","usage":{{"input_tokens":380,"output_tokens":20}},"expect":{{"contains":"{REPORT_MARKER}"}}}}]}}"#
     );
     let (report, ledger) = harness.run(&script, "go").await;
     assert!(
-        matches!(&report.outcome, TurnOutcome::Suspended { reason, .. } if reason == "stopped early: token budget: 800 of 1000 tokens used, the next step would exceed it"),
+        matches!(&report.outcome, TurnOutcome::Suspended { reason, .. } if reason == "stopped early: token budget: 800 of 1300 tokens used, room for one more step"),
         "{report:?}"
     );
     assert_eq!(harness.invocations().len(), 2);
+    // The ceiling holds, report step included.
+    assert_eq!(report.usage.input_tokens + report.usage.output_tokens, 1200);
     assert!(ledger.contains("budget_exhausted report_requested=true stopped early: token budget"));
     assert!(
         ledger.contains("checkpoint \"report\" evidence=[#9 read ok, #14 read ok]"),
@@ -88,8 +91,9 @@ async fn cost_budget_uses_the_price_and_records_cost_per_response() {
     let mut harness = Harness::new();
     harness.price =
         Some(Price { input_per_mtok: 1.0, cached_input_per_mtok: None, output_per_mtok: 2.0 });
-    harness.budget = Budget { max_cost_usd: Some(0.30), ..Budget::default() };
-    // Each step: 100k input ($0.10) + 10k output ($0.02) = $0.12.
+    harness.budget = Budget { max_cost_usd: Some(0.40), ..Budget::default() };
+    // Each step: 100k input ($0.10) + 10k output ($0.02) = $0.12: two steps and a report
+    // ($0.36) fit under $0.40; a fourth step would not.
     let step = r#"{"tool_calls":[{"name":"read","arguments":{"path":"a"}}],"usage":{"input_tokens":100000,"output_tokens":10000}}"#;
     let script = format!(
         r#"{{"steps":[{step},{step},{{"text":"report","usage":{{"input_tokens":100000,"output_tokens":10000}}}}]}}"#
