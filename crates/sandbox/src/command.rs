@@ -22,6 +22,10 @@ use crate::{managed, sys};
 /// a human (editors, pagers, credential prompts, installers).
 pub const NON_INTERACTIVE_ENV: &[(&str, &str)] = &[
     ("GIT_EDITOR", "true"),
+    // `git rebase -i` asks the sequence editor, whatever core.editor or GIT_EDITOR say.
+    ("GIT_SEQUENCE_EDITOR", "true"),
+    ("EDITOR", "true"),
+    ("VISUAL", "true"),
     ("GIT_TERMINAL_PROMPT", "0"),
     ("CI", "1"),
     ("PAGER", "cat"),

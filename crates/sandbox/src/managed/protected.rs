@@ -171,10 +171,15 @@ fn protect_git_dir(
         protected.read_only.push(hooks_path);
     }
     protected.read_only.push(config);
+    // `config.worktree` (read when extensions.worktreeConfig is on, which sparse-checkout
+    // turns on) can set core.fsmonitor or core.hooksPath: keep it read-only, creating an
+    // empty one where there is none, so none can be planted.
     let worktree_config = git_dir.join("config.worktree");
-    if worktree_config.is_file() {
-        protected.read_only.push(worktree_config);
+    if worktree_config.symlink_metadata().is_err() {
+        std::fs::write(&worktree_config, "")
+            .map_err(|error| format!("cannot create {}: {error}", worktree_config.display()))?;
     }
+    protected.read_only.push(worktree_config);
     if git_dir.join("commondir").symlink_metadata().is_err() {
         protected.missing_commondir.push(git_dir.to_owned());
     }
@@ -183,6 +188,15 @@ fn protect_git_dir(
             let commondir = entry.path().join("commondir");
             if commondir.is_file() {
                 protected.read_only.push(commondir);
+            }
+            // Each linked worktree has its own config.worktree, with the same powers.
+            if entry.file_type().is_ok_and(|file_type| file_type.is_dir()) {
+                let config = entry.path().join("config.worktree");
+                if config.symlink_metadata().is_err() {
+                    std::fs::write(&config, "")
+                        .map_err(|error| format!("cannot create {}: {error}", config.display()))?;
+                }
+                protected.read_only.push(config);
             }
         }
     }
@@ -213,14 +227,39 @@ fn configured_hooks_path(config: &Path, git_dir: &Path) -> Option<PathBuf> {
     let text = std::fs::read_to_string(config).ok()?;
     let value = text.lines().rev().find_map(|line| {
         let (key, value) = line.split_once('=')?;
-        key.trim().eq_ignore_ascii_case("hookspath").then(|| value.trim().trim_matches('"'))
+        key.trim().eq_ignore_ascii_case("hookspath").then(|| config_value(value))
     })?;
     if value.is_empty() {
         return None;
     }
-    let path = Path::new(value);
-    let resolved = if path.is_absolute() { path.to_owned() } else { git_dir.parent()?.join(path) };
+    // git expands `~/` in path values (core.hooksPath is one).
+    let expanded = match value.strip_prefix("~/") {
+        Some(rest) => PathBuf::from(std::env::var_os("HOME")?).join(rest),
+        None => PathBuf::from(&value),
+    };
+    let resolved = if expanded.is_absolute() { expanded } else { git_dir.parent()?.join(expanded) };
     Some(normalize(&resolved))
+}
+
+/// A git config value as git reads it: an inline `;` or `#` comment outside double quotes
+/// ends it, the quotes themselves are dropped, surrounding blanks are trimmed.
+fn config_value(raw: &str) -> String {
+    let mut value = String::new();
+    let mut quoted = false;
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => quoted = !quoted,
+            '\\' => {
+                if let Some(next) = chars.next() {
+                    value.push(next);
+                }
+            }
+            ';' | '#' if !quoted => break,
+            other => value.push(other),
+        }
+    }
+    value.trim().to_owned()
 }
 
 /// Folds `.` and `..` lexically (the path may not exist yet).
@@ -241,6 +280,14 @@ fn normalize(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_values_lose_inline_comments_and_quotes() {
+        assert_eq!(config_value(" .hooks ; shared hooks"), ".hooks");
+        assert_eq!(config_value(" .hooks # shared"), ".hooks");
+        assert_eq!(config_value(" \".ho;oks\" ; c"), ".ho;oks");
+        assert_eq!(config_value(" plain"), "plain");
+    }
 
     fn git_dir(path: &Path) {
         std::fs::create_dir_all(path.join("objects")).unwrap();
@@ -279,13 +326,16 @@ mod tests {
             protected.read_only,
             [
                 root.join(".git/config"),
+                root.join(".git/config.worktree"),
                 root.join(".git/hooks"),
                 root.join(".git/modules/sub/config"),
+                root.join(".git/modules/sub/config.worktree"),
                 root.join(".git/modules/sub/hooks"),
                 root.join(".keel"),
                 root.join("sub/.git"),
                 root.join("vendor/hooks"),
                 root.join("vendor/lib/.git/config"),
+                root.join("vendor/lib/.git/config.worktree"),
                 root.join("vendor/lib/.git/hooks"),
             ]
         );

@@ -477,3 +477,66 @@ async fn escape_30_file_tools_refuse_outside_in_managed_mode() {
     escape.assert_absent(&escape.outside.join("tool.txt"));
     escape.assert_victim_untouched();
 }
+
+/// A configured `core.hooksPath` written with an inline comment (which git accepts) is still
+/// the hooks folder, and stays read-only.
+#[tokio::test]
+async fn escape_31_hooks_path_with_an_inline_comment() {
+    let escape = Escape::new();
+    let status = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("mkdir -p .hooks && printf '[core]\\n\\thooksPath = .hooks ; shared hooks\\n' >> .git/config")
+        .current_dir(&escape.root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    escape
+        .bash("printf '#!/bin/sh\\ntouch /tmp/hook-ran\\n' > .hooks/pre-commit; chmod +x .hooks/pre-commit")
+        .await;
+    escape.assert_absent(&escape.root.join(".hooks/pre-commit"));
+}
+
+/// A linked worktree's `config.worktree` (read once extensions.worktreeConfig is on) can
+/// set core.fsmonitor: it stays read-only too, even where none existed.
+#[tokio::test]
+async fn escape_32_linked_worktree_config() {
+    let escape = Escape::new();
+    let status = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("git worktree add -q ../wt 2>/dev/null || git worktree add -q -b wt ../wt")
+        .current_dir(&escape.root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let planted = escape.root.join(".git/worktrees/wt/config.worktree");
+    escape
+        .bash(
+            "printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' >> .git/worktrees/wt/config.worktree",
+        )
+        .await;
+    let content = std::fs::read_to_string(&planted).unwrap_or_default();
+    assert!(!content.contains("fsmonitor"), "planted: {content}");
+}
+
+/// `git rebase -i` asks the sequence editor: it must not wait for a terminal (B11's kind).
+#[tokio::test]
+async fn a_sequence_editor_never_waits_for_a_terminal() {
+    let escape = Escape::new();
+    // The repository itself asks for vi (set on the host, where the config is writable).
+    let status = std::process::Command::new("git")
+        .args(["config", "sequence.editor", "vi"])
+        .current_dir(&escape.root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = std::time::Instant::now();
+    let output = escape
+        .bash(
+            "export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@e GIT_COMMITTER_NAME=t \
+             GIT_COMMITTER_EMAIL=t@e; git commit -q --allow-empty -m two; \
+             git rebase -i HEAD~1 2>&1 | tail -1",
+        )
+        .await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "{}", output.content);
+    assert!(output.content.contains("[exit code"), "{}", output.content);
+}
