@@ -72,6 +72,24 @@ impl Rule {
             (Some(_), None) => false,
         }
     }
+
+    /// For deny rules on paths: whether a call on `path` touches what the pattern covers —
+    /// the path matches, or it is an ancestor of the pattern's fixed prefix (a recursive
+    /// `grep` or `glob` over `.` reaches `docs/private/**`).
+    fn touches(&self, tool: &str, path: &str) -> bool {
+        if self.tool != tool {
+            return false;
+        }
+        if self.matches(tool, Some(path)) {
+            return true;
+        }
+        let Some(pattern) = &self.pattern else { return false };
+        let fixed: &str = pattern.split(['*', '?']).next().unwrap_or_default();
+        let fixed = fixed.trim_end_matches('/');
+        path.is_empty()
+            || path == "."
+            || fixed.starts_with(&format!("{}/", path.trim_end_matches('/')))
+    }
 }
 
 /// Allow and deny rules for a session.
@@ -107,14 +125,64 @@ impl PermissionRules {
         arguments: &serde_json::Value,
         workspace: &str,
     ) -> Option<(PermissionAnswer, &Rule)> {
+        self.decide_resolved(tool, arguments, workspace, None)
+    }
+
+    /// [`PermissionRules::decide`], also given the path the call really reaches (symlinks
+    /// resolved, made workspace-relative), which the caller resolves because this crate
+    /// does no I/O. A deny rule matches if either spelling touches what it covers (the
+    /// path, or an ancestor of it, for calls with a `path` argument; a call without one
+    /// reaches the whole workspace); an allow rule only if both spellings match.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use keel_contracts::{PermissionAnswer, PermissionRules, Rule};
+    /// let rules = PermissionRules {
+    ///     allow: vec![Rule::parse("write_file(**)").unwrap()],
+    ///     deny: vec![Rule::parse("grep(docs/private/**)").unwrap(),
+    ///                Rule::parse("write_file(docs/private/**)").unwrap()],
+    /// };
+    /// // A recursive search of an ancestor reaches the denied folder.
+    /// let search = serde_json::json!({"pattern": "TOKEN", "path": "."});
+    /// assert_eq!(rules.decide("grep", &search, "/ws").map(|(a, _)| a), Some(PermissionAnswer::Deny));
+    /// // A link into the denied folder is decided on where it leads.
+    /// let write = serde_json::json!({"path": "alias/x", "content": ""});
+    /// let answer = rules.decide_resolved("write_file", &write, "/ws", Some("docs/private/x"));
+    /// assert_eq!(answer.map(|(a, _)| a), Some(PermissionAnswer::Deny));
+    /// ```
+    pub fn decide_resolved(
+        &self,
+        tool: &str,
+        arguments: &serde_json::Value,
+        workspace: &str,
+        resolved_path: Option<&str>,
+    ) -> Option<(PermissionAnswer, &Rule)> {
         let primary = primary_argument(arguments, workspace);
         let primary = primary.as_deref();
-        if let Some(rule) = self.deny.iter().find(|rule| rule.matches(tool, primary)) {
+        let path_call = arguments.get("path").is_some()
+            || arguments.get("command").is_none() && arguments.get("url").is_none();
+        let textual_path = arguments
+            .get("path")
+            .and_then(serde_json::Value::as_str)
+            .map_or_else(String::new, |path| normalize_path(path, workspace));
+        let denied = self.deny.iter().find(|rule| {
+            if path_call && rule.pattern.is_some() {
+                rule.touches(tool, &textual_path)
+                    || resolved_path.is_some_and(|resolved| rule.touches(tool, resolved))
+            } else {
+                rule.matches(tool, primary)
+            }
+        });
+        if let Some(rule) = denied {
             return Some((PermissionAnswer::Deny, rule));
         }
         self.allow
             .iter()
-            .find(|rule| rule.matches(tool, primary))
+            .find(|rule| {
+                rule.matches(tool, primary)
+                    && resolved_path.is_none_or(|resolved| rule.matches(tool, Some(resolved)))
+            })
             .map(|rule| (PermissionAnswer::AllowOnce, rule))
     }
 }
@@ -220,7 +288,8 @@ mod tests {
             ("write_file", json!({"path": "/ws/src/gen/a"}), Some(PermissionAnswer::Deny)),
             ("write_file", json!({"path": "/wsother/src/a"}), None),
             ("write_file", json!({"path": "docs/a.md", "content": "src/x"}), None),
-            ("write_file", json!({"content": "src/x"}), None),
+            // No path: the call could reach anything, so a path deny rule applies.
+            ("write_file", json!({"content": "src/x"}), Some(PermissionAnswer::Deny)),
             ("read_file", json!({}), Some(PermissionAnswer::AllowOnce)),
             ("edit_file", json!({"path": "src/lib.rs"}), None),
         ];

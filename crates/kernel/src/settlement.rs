@@ -452,12 +452,24 @@ impl<'a> CallState<'a> {
                 .await?;
             return call.result(ledger, None, Outcome::ShadowDenied, REFUSAL_SHADOW.into()).await;
         }
+        // Rules are decided on the path as written and on the path it really reaches, so a
+        // link or /proc/self/cwd cannot dodge a deny rule nor earn an allow rule.
+        let workspace = self.workspace.display().to_string();
+        let resolved = resolved_path(&self.workspace, &tool_call.arguments);
+        let ruled = self
+            .rules
+            .decide_resolved(name, &tool_call.arguments, &workspace, resolved.as_deref())
+            .map(|(answer, rule)| (answer, format!("rule:{}", rule.text)));
+        if let Some((PermissionAnswer::Deny, by)) = &ruled
+            && !requires_consent(spec)
+        {
+            // Plain reads are not asked, but a deny rule still refuses them (B09).
+            call.gate(ledger, Decision::Refuse, by).await?;
+            return call
+                .result(ledger, None, Outcome::Refused, REFUSAL_PERMISSION_DENIED.into())
+                .await;
+        }
         if requires_consent(spec) {
-            let workspace = self.workspace.display().to_string();
-            let ruled = self
-                .rules
-                .decide(name, &tool_call.arguments, &workspace)
-                .map(|(answer, rule)| (answer, format!("rule:{}", rule.text)));
             let denied_by_rule = matches!(ruled, Some((PermissionAnswer::Deny, _)));
             let now = self.deps.clock.now();
             let exact =
@@ -577,6 +589,31 @@ impl<'a> CallState<'a> {
         self.failpoints.hit(Failpoint::AfterResult).await;
         Ok(())
     }
+}
+
+/// The workspace-relative path a call's `path` argument really reaches (symlinks and
+/// `..` resolved through the longest existing prefix), or the absolute path when it leads
+/// outside; `None` without a `path` argument.
+fn resolved_path(workspace: &std::path::Path, arguments: &serde_json::Value) -> Option<String> {
+    let raw = arguments.get("path")?.as_str()?;
+    let joined = workspace.join(raw);
+    let mut existing = joined.as_path();
+    let mut rest = Vec::new();
+    let canonical = loop {
+        match std::fs::canonicalize(existing) {
+            Ok(canonical) => break canonical,
+            Err(_) => {
+                rest.push(existing.file_name()?.to_owned());
+                existing = existing.parent()?;
+            }
+        }
+    };
+    let full = rest.iter().rev().fold(canonical, |path, part| path.join(part));
+    let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_owned());
+    Some(match full.strip_prefix(&root) {
+        Ok(relative) => relative.display().to_string(),
+        Err(_) => full.display().to_string(),
+    })
 }
 
 /// Resolves at `deadline`, or never when there is none.

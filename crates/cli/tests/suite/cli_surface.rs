@@ -736,3 +736,52 @@ fn a_relative_script_path_is_recorded_absolute_so_resume_works_from_anywhere() {
     assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
     assert_eq!(stdout(&resumed).trim(), "second");
 }
+
+/// ../shared/cases/bugs/B09: deny rules on a folder hold for every file tool, recursive
+/// searches of an ancestor included, and a link into the folder does not dodge them.
+#[test]
+fn b09_deny_rules_hold_for_reads_searches_and_links() {
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::create_dir_all(ws.join("docs/private")).unwrap();
+    std::fs::create_dir_all(ws.join("docs/public")).unwrap();
+    std::fs::write(ws.join("docs/private/plan.md"), "0000-CANARY\n").unwrap();
+    std::fs::write(ws.join("docs/public/readme.md"), "public\n").unwrap();
+    std::os::unix::fs::symlink("docs/private", ws.join("alias")).unwrap();
+    std::fs::write(
+        env.home.path().join("config.toml"),
+        "[permissions]\ndeny = [\"read_file(docs/private/**)\", \"grep(docs/private/**)\", \
+         \"glob(docs/private/**)\", \"list_dir(docs/private/**)\", \"write_file(docs/private/**)\"]\n",
+    )
+    .unwrap();
+    let model = scripted(
+        &env,
+        r#"{"steps":[
+            {"tool_calls":[
+                {"name":"read_file","arguments":{"path":"docs/private/plan.md"}},
+                {"name":"read_file","arguments":{"path":"alias/plan.md"}},
+                {"name":"grep","arguments":{"pattern":"CANARY","path":"."}},
+                {"name":"grep","arguments":{"pattern":"CANARY"}},
+                {"name":"glob","arguments":{"pattern":"**/*.md"}},
+                {"name":"list_dir","arguments":{"path":"docs"}},
+                {"name":"write_file","arguments":{"path":"alias/new.md","content":"x"}},
+                {"name":"read_file","arguments":{"path":"docs/public/readme.md"}}
+            ]},
+            {"text":"done","expect":{"last_outcomes":["refused","refused","refused","refused","refused","refused","refused","ok"]}}
+        ]}"#,
+    );
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--approval",
+        "auto",
+        "--json",
+        "t",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(!stdout(&output).contains("0000-CANARY"), "the canary leaked");
+    assert!(!ws.join("docs/private/new.md").exists());
+}
