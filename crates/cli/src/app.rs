@@ -600,9 +600,21 @@ async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
     let mut totals = std::collections::BTreeMap::new();
     for session in &sessions {
         let mut usage = keel_contracts::UsageTotals::default();
-        for event in store.read(session.id, keel_contracts::Seq(0)).await? {
-            if let EventKind::ModelResponse { usage: reported, cost_usd, .. } = &event.kind {
-                usage.add(reported, *cost_usd);
+        match store.read(session.id, keel_contracts::Seq(0)).await {
+            Ok(events) => {
+                for event in events {
+                    if let EventKind::ModelResponse { usage: reported, cost_usd, .. } = &event.kind
+                    {
+                        usage.add(reported, *cost_usd);
+                    }
+                }
+            }
+            // One damaged session must not hide the others: its totals are unknown.
+            Err(error) => {
+                eprintln!("keel: session {}: {error}", session.id);
+                usage.responses_without_usage = 1;
+                usage.responses = 1;
+                usage.cost_usd = None;
             }
         }
         totals.insert(session.id, usage);

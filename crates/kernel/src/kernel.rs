@@ -515,6 +515,18 @@ impl Kernel {
         let mut spent = Spent::default();
         let mut verified = BTreeMap::new();
         let mut token_scale: f64 = 1.0;
+        // Every call id of the session, so each new call gets a unique one: results are
+        // paired and paged (`read_tool_result`) by id.
+        let mut seen_call_ids: std::collections::BTreeSet<keel_contracts::ToolCallId> = ledger
+            .events
+            .iter()
+            .filter_map(|event| match &event.kind {
+                EventKind::ModelResponse { tool_calls, .. } => Some(tool_calls),
+                _ => None,
+            })
+            .flatten()
+            .map(|call| call.call_id.clone())
+            .collect();
         let mut step: u32 = 0;
         let mut last_step: Option<String> = None;
         let outcome = loop {
@@ -664,6 +676,20 @@ impl Kernel {
             spent.tokens += spent.last_step_tokens;
             spent.last_step_cost_usd = cost.unwrap_or(0.0);
             spent.cost_usd += spent.last_step_cost_usd;
+            let mut response = response;
+            for call in &mut response.tool_calls {
+                // A provider that repeats an id (within a response or across turns) would
+                // make two calls share one result; give the later one a fresh id.
+                if seen_call_ids.contains(&call.call_id) {
+                    let base = call.call_id.as_str().to_owned();
+                    let fresh = (2..)
+                        .map(|n| keel_contracts::ToolCallId(format!("{base}-{n}")))
+                        .find(|candidate| !seen_call_ids.contains(candidate))
+                        .unwrap_or_else(|| keel_contracts::ToolCallId(format!("{base}-x")));
+                    call.call_id = fresh;
+                }
+                seen_call_ids.insert(call.call_id.clone());
+            }
             let tool_calls = response.tool_calls.clone();
             let finish_reason = response.finish_reason.clone();
             let text = response.text.clone();

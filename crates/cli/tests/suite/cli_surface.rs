@@ -785,3 +785,30 @@ fn b09_deny_rules_hold_for_reads_searches_and_links() {
     assert!(!stdout(&output).contains("0000-CANARY"), "the canary leaked");
     assert!(!ws.join("docs/private/new.md").exists());
 }
+
+/// A damaged record in one session (../shared/cases/bugs/B05's kind) is reported, and the
+/// other sessions are still listed.
+#[test]
+fn one_corrupt_session_does_not_hide_the_others() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(&env, r#"{"steps":[{"text":"hi"}]}"#);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "--json", "t"]);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        ids.push(json_lines(&output)[0]["session_id"].as_str().unwrap().to_owned());
+    }
+    let db = rusqlite::Connection::open(env.home.path().join("keel.sqlite")).unwrap();
+    db.execute("UPDATE events SET body = '{\"torn' WHERE session_id = ?1 AND seq = 3", [&ids[0]])
+        .unwrap();
+    drop(db);
+    let listed = env.run(&["sessions"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    assert!(stdout(&listed).contains(&ids[1]), "{}", stdout(&listed));
+    assert!(stdout(&listed).contains(&ids[0]), "{}", stdout(&listed));
+    assert!(stderr(&listed).contains("corrupt event at seq 3"), "{}", stderr(&listed));
+    let log = env.run(&["log", &ids[0]]);
+    assert_eq!(log.status.code(), Some(1));
+    assert!(stderr(&log).contains("corrupt event at seq 3"), "{}", stderr(&log));
+}

@@ -235,3 +235,18 @@ async fn truncated_answer_and_provider_error_fail_the_run() {
         TurnOutcome::Failed { reason: "model error (HTTP 401): Incorrect API key provided".into() }
     );
 }
+
+#[tokio::test]
+async fn repeated_call_ids_get_fresh_ones_so_every_result_keeps_its_call() {
+    let harness = Harness::new();
+    let script = r#"{"steps":[
+        {"tool_calls":[{"id":"dup","name":"read","arguments":{"path":"a"}},{"id":"dup","name":"broken","arguments":{}}]},
+        {"tool_calls":[{"id":"dup","name":"read","arguments":{"path":"b"}}],"expect":{"last_outcomes":["ok","error"]}},
+        {"text":"done","expect":{"last_outcomes":["ok"]}}
+    ]}"#;
+    let (report, ledger) = harness.run(script, "t").await;
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() }, "{ledger}");
+    assert!(ledger.contains("[dup read {\"path\":\"a\"}; dup-2 broken {}]"), "{ledger}");
+    assert!(ledger.contains("[dup-3 read {\"path\":\"b\"}]"), "{ledger}");
+    assert!(ledger.contains("tool_result dup-2/id5 error \"it broke\""), "{ledger}");
+}
