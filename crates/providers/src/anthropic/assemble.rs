@@ -67,6 +67,8 @@ pub(crate) struct Assembler<'a> {
     on_delta: OnDelta<'a>,
     secret: Option<&'a str>,
     blocks: BTreeMap<u64, BlockState>,
+    /// Blocks whose index a later `content_block_start` reused: kept, never dropped.
+    superseded: Vec<(u64, BlockState)>,
     /// Whether any visible text was shown yet (for [`TEXT_BLOCK_SEPARATOR`]).
     shown_text: bool,
     usage: Option<WireUsage>,
@@ -91,6 +93,7 @@ impl<'a> Assembler<'a> {
             on_delta,
             secret,
             blocks: BTreeMap::new(),
+            superseded: Vec::new(),
             shown_text: false,
             usage: None,
             stop_reason: None,
@@ -231,7 +234,10 @@ impl<'a> Assembler<'a> {
                 BlockState::Other
             }
         };
-        self.blocks.insert(index, state);
+        if let Some(previous) = self.blocks.insert(index, state) {
+            tracing::warn!(index, "a content block reused the index of an earlier one; both kept");
+            self.superseded.push((index, previous));
+        }
         // A start may carry content already (a whole message; some proxies): it counts as
         // the block's first delta.
         let initial = EventDelta {
@@ -301,7 +307,11 @@ impl<'a> Assembler<'a> {
         let mut text = String::new();
         let mut reasoning = Vec::new();
         let mut tool_calls = Vec::new();
-        for (index, block) in self.blocks {
+        // Superseded blocks come first at their index (a stable sort keeps that order).
+        let mut all: Vec<(u64, BlockState)> =
+            self.superseded.into_iter().chain(self.blocks).collect();
+        all.sort_by_key(|(index, _)| *index);
+        for (index, block) in all {
             match block {
                 BlockState::Text(piece) => text.push_str(&piece),
                 BlockState::Thinking { text: thinking, signature } => {
@@ -488,6 +498,25 @@ mod tests {
             .collect();
         assert_eq!(live, response.text);
         assert_eq!(response.tool_calls[0].arguments, json!({"p": 1}));
+    }
+
+    #[test]
+    fn a_reused_block_index_keeps_both_tool_uses() {
+        let (result, _) = run(&[
+            start(0, json!({"type": "tool_use", "id": "toolu_a", "name": "read", "input": {}})),
+            delta(0, json!({"type": "input_json_delta", "partial_json": "{\"p\":1}"})),
+            stop(0),
+            start(0, json!({"type": "tool_use", "id": "toolu_b", "name": "list", "input": {}})),
+            delta(0, json!({"type": "input_json_delta", "partial_json": "{\"p\":2}"})),
+            stop(0),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let calls = result.unwrap().tool_calls;
+        let ids: Vec<&str> = calls.iter().map(|call| call.call_id.as_str()).collect();
+        assert_eq!(ids, ["toolu_a", "toolu_b"]);
+        assert_eq!(calls[0].arguments, json!({"p": 1}));
+        assert_eq!(calls[1].arguments, json!({"p": 2}));
     }
 
     #[test]

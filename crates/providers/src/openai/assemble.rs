@@ -333,8 +333,17 @@ impl ToolCallAssembler {
         let name = function.and_then(|function| function.name.as_deref()).filter(|n| !n.is_empty());
         let arguments = wire::arguments_of(function.and_then(|f| f.arguments.as_ref()));
 
-        let known_id =
-            id.and_then(|id| self.calls.iter().rposition(|call| call.id.as_deref() == Some(id)));
+        // A known id continues its call, unless it arrives at another index with a name of
+        // its own: that is a second call reusing the id (the kernel gives it a fresh one).
+        let known_id = id
+            .and_then(|id| self.calls.iter().rposition(|call| call.id.as_deref() == Some(id)))
+            .filter(|&position| {
+                let call_index = self.calls[position].index;
+                !(name.is_some()
+                    && fragment.index.is_some()
+                    && call_index.is_some()
+                    && call_index != fragment.index)
+            });
         let target = match (known_id, id, name, fragment.index) {
             (Some(position), _, _, _) => Some(position),
             (None, Some(_), Some(_), _) => None,
@@ -558,6 +567,20 @@ mod tests {
             vec![
                 ("m1".into(), "weather".into(), json!({"city": "Paris"})),
                 ("m2".into(), "time".into(), json!({}))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_known_id_at_another_index_with_a_name_is_another_call() {
+        let mut calls = ToolCallAssembler::default();
+        calls.apply(&fragment(Some(0), Some("call_0"), Some("read_file"), "{\"path\":\"a\"}"));
+        calls.apply(&fragment(Some(1), Some("call_0"), Some("list_dir"), "{\"path\":\"b\"}"));
+        assert_eq!(
+            summary(&calls.finish()),
+            vec![
+                ("call_0".into(), "read_file".into(), json!({"path": "a"})),
+                ("call_0".into(), "list_dir".into(), json!({"path": "b"}))
             ]
         );
     }
