@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use keel_contracts::{SessionId, Store};
 use tokio::sync::Notify;
 
 /// A cloneable cancellation flag. Once cancelled it stays cancelled.
@@ -75,6 +77,34 @@ impl Cancellation {
             }
             futures::future::select_all(waits).await;
         }
+    }
+}
+
+/// Polls the store for `keel stop` requests while a run is active; stops when dropped.
+pub(crate) struct StopWatcher(tokio::task::JoinHandle<()>);
+
+impl StopWatcher {
+    pub(crate) fn spawn(
+        store: Arc<dyn Store>,
+        session_id: SessionId,
+        cancel: Cancellation,
+        every: Duration,
+    ) -> StopWatcher {
+        StopWatcher(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Ok(true) = store.take_cancel_request(session_id).await {
+                    cancel.cancel();
+                    return;
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for StopWatcher {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -17,8 +17,10 @@
 #![forbid(unsafe_code)]
 
 mod cancel;
+mod checkpoint;
 mod children;
 pub mod compaction;
+mod config;
 pub mod context;
 mod error;
 mod failpoint;

@@ -1,3 +1,4 @@
+mod budgets_e2e;
 mod cli_surface;
 mod context_e2e;
 mod crash;

@@ -73,3 +73,8 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Writes `json` as a script and returns the `scripted:PATH` model spec.
+pub(crate) fn scripted(env: &Env, json: &str) -> String {
+    format!("scripted:{}", env.write_script("script.json", json).display())
+}
