@@ -12,8 +12,9 @@
 //! - `postgres` (feature `postgres`) starts a throwaway PostgreSQL server per test binary
 //!   and hands each test a fresh database.
 //!
-//! Invariant: this crate depends on keel-contracts only, never on keel-kernel or a concrete
-//! store, so any crate may dev-depend on it without a cycle.
+//! Invariant: this crate depends on keel-contracts and the scripted model (keel-providers
+//! without default features), never on keel-kernel or a concrete store, so any crate may
+//! dev-depend on it without a cycle.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -28,4 +29,7 @@ pub mod postgres;
 pub use clock::FakeClock;
 pub use faulty_store::{Fault, FaultyStore};
 pub use ids::SeqIds;
+/// The scripted model of DESIGN.md §9, for tests that drive a kernel (re-exported so
+/// keel-kernel's tests need no adapter crate).
+pub use keel_providers::ScriptedModel;
 pub use mem_store::MemStore;

@@ -117,7 +117,7 @@ async fn a_long_session_in_a_small_window_stays_in_budget_and_keeps_the_task() {
 
 /// A model that answers conversation requests from a script but fails every summary.
 #[derive(Debug)]
-struct NoSummaries(keel_providers::ScriptedModel);
+struct NoSummaries(keel_testkit::ScriptedModel);
 
 #[async_trait::async_trait]
 impl keel_contracts::ModelClient for NoSummaries {
@@ -147,10 +147,8 @@ async fn a_failed_summary_is_not_compaction_and_the_fallback_keeps_the_task() {
     harness.context = ContextPolicy::for_window(Some(5000));
     let budget = harness.context.budget().unwrap();
     let script = emit_script(150, |_| 6_000);
-    let model = NoSummaries(keel_providers::ScriptedModel::new(
-        serde_json::from_str(&script).unwrap(),
-        "s",
-    ));
+    let model =
+        NoSummaries(keel_testkit::ScriptedModel::new(serde_json::from_str(&script).unwrap(), "s"));
     let requests = Arc::default();
     let recording =
         super::support::Recording { inner: Arc::new(model), requests: Arc::clone(&requests) };

@@ -9,7 +9,7 @@ use keel_contracts::{EventKind, RuntimeEvent, Seq, SessionId, StreamDelta};
 use keel_kernel::{
     Cancellation, Kernel, KernelDeps, KernelError, Observer, StaticPermissions, TurnOutcome,
 };
-use keel_providers::ScriptedModel;
+use keel_testkit::ScriptedModel;
 use keel_testkit::{Fault, FaultyStore};
 
 use super::support::{Harness, default_tools};

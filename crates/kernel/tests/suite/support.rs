@@ -14,7 +14,7 @@ use keel_kernel::{
     Cancellation, Instruction, Kernel, KernelDeps, NoopObserver, RunConfig, RunReport,
     SessionConfig, StaticPermissions,
 };
-use keel_providers::ScriptedModel;
+use keel_testkit::ScriptedModel;
 use keel_testkit::{FakeClock, MemStore, SeqIds};
 
 /// What the fake tools did, in order: `name args`.
