@@ -378,6 +378,12 @@ impl Kernel {
                 revision: boundary_revision,
             },
         );
+        // The system prompt and the tool definitions are fixed for the run: count them once,
+        // not on every step.
+        let definitions = self.registry.definitions();
+        let system_tokens = self.deps.counter.count(&system);
+        let definitions_tokens =
+            self.deps.counter.count(&serde_json::to_string(&definitions).unwrap_or_default());
         let mut spent = Spent::default();
         let mut verified = BTreeMap::new();
         let mut token_scale: f64 = 1.0;
@@ -431,13 +437,9 @@ impl Kernel {
             }
             step += 1;
             let step_started = tokio::time::Instant::now();
-            let tools = if last_step.is_some() { Vec::new() } else { self.registry.definitions() };
-            let fixed_tokens = self.deps.counter.count(&system)
-                + if tools.is_empty() {
-                    0
-                } else {
-                    self.deps.counter.count(&serde_json::to_string(&tools).unwrap_or_default())
-                };
+            let tools = if last_step.is_some() { Vec::new() } else { definitions.clone() };
+            let fixed_tokens =
+                system_tokens + if tools.is_empty() { 0 } else { definitions_tokens };
             let window = Window {
                 policy: &config.context,
                 counter: self.deps.counter.as_ref(),
