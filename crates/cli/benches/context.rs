@@ -174,6 +174,8 @@ fn session(events_wanted: usize, compacted: bool) -> Vec<RuntimeEvent> {
                 usage: Default::default(),
                 finish_reason: FinishReason::ToolCalls,
                 cost_usd: None,
+                estimated_usage: None,
+                purpose: keel_contracts::RequestPurpose::Conversation,
             },
         );
         push(

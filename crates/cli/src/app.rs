@@ -603,9 +603,14 @@ async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
         match store.read(session.id, keel_contracts::Seq(0)).await {
             Ok(events) => {
                 for event in events {
-                    if let EventKind::ModelResponse { usage: reported, cost_usd, .. } = &event.kind
+                    if let EventKind::ModelResponse {
+                        usage: reported,
+                        estimated_usage,
+                        cost_usd,
+                        ..
+                    } = &event.kind
                     {
-                        usage.add(reported, *cost_usd);
+                        usage.add(reported, estimated_usage.as_ref(), *cost_usd);
                     }
                 }
             }

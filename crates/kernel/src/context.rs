@@ -14,8 +14,8 @@
 use std::collections::BTreeMap;
 
 use keel_contracts::{
-    CarriedContext, ContextPolicy, EventKind, Message, RuntimeEvent, Seq, TokenCounter,
-    estimate_message_tokens, sha256_hex,
+    CarriedContext, ContextPolicy, EventKind, Message, RequestPurpose, RuntimeEvent, Seq,
+    TokenCounter, estimate_message_tokens, sha256_hex,
 };
 
 use crate::projection::{self, Entry};
@@ -148,7 +148,9 @@ pub fn carry<'e>(
     for event in events {
         match &event.kind {
             EventKind::TurnStarted { input } => carried.inputs.push(input.clone()),
-            EventKind::ModelResponse { tool_calls, .. } => {
+            EventKind::ModelResponse {
+                tool_calls, purpose: RequestPurpose::Conversation, ..
+            } => {
                 for call in tool_calls {
                     if matches!(call.name.as_str(), "todo" | "plan") {
                         carried.plan = call.arguments.get("items").cloned();

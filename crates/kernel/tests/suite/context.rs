@@ -205,6 +205,8 @@ fn b04_rejections_and_errors_are_results_and_pairs_stay_whole() {
         usage: Default::default(),
         finish_reason: keel_contracts::FinishReason::ToolCalls,
         cost_usd: None,
+        estimated_usage: None,
+        purpose: keel_contracts::RequestPurpose::Conversation,
     };
     let result = |id: &str, outcome: Outcome, content: &str| EventKind::ToolResult {
         call_id: ToolCallId(id.into()),
@@ -330,6 +332,8 @@ mod properties {
                     usage: Default::default(),
                     finish_reason: FinishReason::Stop,
                     cost_usd: None,
+                    estimated_usage: None,
+                    purpose: keel_contracts::RequestPurpose::Conversation,
                 }),
                 Step::Calls(calls) => {
                     let ids: Vec<String> = calls
@@ -354,6 +358,8 @@ mod properties {
                         usage: Default::default(),
                         finish_reason: FinishReason::ToolCalls,
                         cost_usd: None,
+                        estimated_usage: None,
+                        purpose: keel_contracts::RequestPurpose::Conversation,
                     });
                     for (id, (bytes, outcome)) in ids.iter().zip(calls) {
                         // Some calls never get a result (a crash): the projection answers them.
