@@ -388,14 +388,6 @@ pub fn drop_oldest(
     let note = context::carried_note(&carried, None, Seq(1), covers_to);
     let mut kept =
         vec![Entry { message: Message::User { text: note }, seq: covers_to, full_bytes: 0 }];
-    for entry in entries.into_iter().skip(cut) {
-        match (kept.last_mut().map(|e| &mut e.message), &entry.message) {
-            (Some(Message::User { text }), Message::User { text: more }) => {
-                text.push_str("\n\n");
-                text.push_str(more);
-            }
-            _ => kept.push(entry),
-        }
-    }
+    kept.extend(entries.into_iter().skip(cut));
     context::fit(kept, window)
 }

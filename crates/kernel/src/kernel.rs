@@ -398,7 +398,10 @@ impl Kernel {
         // The system prompt and the tool definitions are fixed for the run: count them once,
         // not on every step.
         let definitions = self.registry.definitions();
-        let system_tokens = self.deps.counter.count(&system);
+        // Room for a carried note's move to the system prompt (its heading, and the user-role
+        // line that may then stand first): reserved on every step, a few dozen tokens.
+        let system_tokens = self.deps.counter.count(&system)
+            + context::carried_note_overhead(self.deps.counter.as_ref());
         let definitions_tokens =
             self.deps.counter.count(&serde_json::to_string(&definitions).unwrap_or_default());
         let mut spent = Spent::default();
@@ -515,10 +518,11 @@ impl Kernel {
                     };
                 }
             }
+            let (system, messages) = context::place_carried_note(&system, fitted.messages);
             let request = ModelRequest {
                 model: info.model.clone(),
-                system: system.clone(),
-                messages: fitted.messages,
+                system,
+                messages,
                 // The last permitted step runs with tools off, so the model writes its report.
                 tools,
                 responses_in_session: ledger.responses(),
