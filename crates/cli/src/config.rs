@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use serde::Deserialize;
 
 use crate::safe_read::{self, Outcome};
@@ -165,7 +165,14 @@ fn user_files(home: &Path) -> Vec<(PathBuf, bool)> {
 pub(crate) fn parse(bytes: &[u8], path: &Path) -> anyhow::Result<ConfigFile> {
     let text = std::str::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("invalid config {}: not UTF-8 text", path.display()))?;
-    toml::from_str(text).with_context(|| format!("invalid config {}", path.display()))
+    // The parse error quotes the file, which may be hostile: make its controls visible.
+    toml::from_str(text).map_err(|error| {
+        anyhow::anyhow!(
+            "invalid config {}: {}",
+            path.display(),
+            safe_read::visible(&error.to_string(), true)
+        )
+    })
 }
 
 /// A workspace's `.keel/config.toml`, read as hostile input: not through a symlink, only
@@ -357,7 +364,7 @@ pub(crate) fn load(home: &Path, workspace: &Path) -> anyhow::Result<Loaded> {
 pub(crate) fn load_merged(home: &Path, workspace: &Path) -> anyhow::Result<ConfigFile> {
     let loaded = load(home, workspace)?;
     for note in &loaded.notes {
-        eprintln!("{note}");
+        eprintln!("{}", safe_read::visible(note, false));
     }
     Ok(loaded.config)
 }

@@ -10,8 +10,9 @@ pub(crate) fn show(options: &RunOptions) -> anyhow::Result<u8> {
     let workspace = canonical_workspace(options.workspace.as_deref())?;
     let home = config::keel_home()?;
     let loaded = config::load(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
+    let visible = |text: &str| crate::safe_read::visible(text, false);
     for (role, file) in &loaded.files {
-        outln!("# {role}: {file}");
+        outln!("# {role}: {}", visible(file));
     }
     outln!("# data: {}", home.display());
     let config = &loaded.config;
@@ -101,8 +102,10 @@ pub(crate) fn show(options: &RunOptions) -> anyhow::Result<u8> {
     let width = rows.iter().map(|(key, ..)| key.len()).max().unwrap_or(0);
     for (key, value, source, default) in rows {
         match (value, source) {
-            (Some(value), Some(source)) => outln!("{key:<width$} = {value}  # {source}"),
-            (Some(value), None) => outln!("{key:<width$} = {value}"),
+            (Some(value), Some(source)) => {
+                outln!("{key:<width$} = {}  # {}", visible(&value), visible(&source))
+            }
+            (Some(value), None) => outln!("{key:<width$} = {}", visible(&value)),
             (None, _) => outln!("{key:<width$} = {default}  # default"),
         }
     }
@@ -110,7 +113,7 @@ pub(crate) fn show(options: &RunOptions) -> anyhow::Result<u8> {
     if !loaded.ignored.is_empty() {
         outln!("# ignored from the workspace file:");
         for (key, reason) in &loaded.ignored {
-            outln!("#   {key}: {reason}");
+            outln!("#   {}: {}", visible(key), visible(reason));
         }
     }
     if loaded.ignored.iter().any(|(key, _)| is_gated(key)) {
@@ -186,11 +189,14 @@ fn print_tables(config: &ConfigFile, origins: &std::collections::BTreeMap<String
             (None, None) => "(no command or url)".into(),
         };
         let key = format!("mcp_servers.{name}");
-        outln!("[{key}] {what}  # {}", source(&key));
+        let line = format!("[{key}] {what}  # {}", source(&key));
+        outln!("{}", crate::safe_read::visible(&line, false));
     }
     for sink in &config.outbox {
         let key = format!("outbox.{}", sink.name);
         let kind = format!("{:?}", sink.kind).to_lowercase();
-        outln!("[[outbox]] name = {:?}, kind = {kind:?}  # {}", sink.name, source(&key));
+        let line =
+            format!("[[outbox]] name = {:?}, kind = {kind:?}  # {}", sink.name, source(&key));
+        outln!("{}", crate::safe_read::visible(&line, false));
     }
 }

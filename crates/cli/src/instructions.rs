@@ -28,7 +28,7 @@ pub(crate) fn load(workspace: &Path) -> Vec<Instruction> {
     let (instructions, notes) =
         collect(crate::config::user_config_dir().as_deref(), workspace, current.as_deref());
     for note in notes {
-        eprintln!("keel: {note}");
+        eprintln!("keel: {}", crate::safe_read::visible(&note, false));
     }
     instructions
 }

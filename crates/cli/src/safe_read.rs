@@ -64,7 +64,8 @@ pub(crate) fn read(path: &Path, rules: Rules<'_>) -> Outcome {
     if let Some(resolved) = &resolved
         && ["/proc", "/sys"].iter().any(|system| resolved.starts_with(system))
     {
-        return Outcome::Skipped(format!("it resolves to {}, a system file", resolved.display()));
+        let resolved = visible(&resolved.display().to_string(), false);
+        return Outcome::Skipped(format!("it resolves to {resolved}, a system file"));
     }
     if let Some(root) = rules.confine_to {
         match &resolved {
@@ -72,8 +73,8 @@ pub(crate) fn read(path: &Path, rules: Rules<'_>) -> Outcome {
             Some(resolved) => {
                 return Outcome::Skipped(format!(
                     "it resolves to {}, outside {}",
-                    resolved.display(),
-                    root.display()
+                    visible(&resolved.display().to_string(), false),
+                    visible(&root.display().to_string(), false)
                 ));
             }
             None => return Outcome::Skipped("its real location cannot be determined".into()),
@@ -94,6 +95,22 @@ pub(crate) fn read(path: &Path, rules: Rules<'_>) -> Outcome {
         return Outcome::Skipped(format!("it grew past the {} bytes keel reads", rules.cap));
     }
     Outcome::Bytes(bytes)
+}
+
+/// `text` with control characters and BiDi overrides made visible (`\u{1b}`), so a name or
+/// message that came with a repository cannot drive the terminal; newlines are kept only
+/// when `keep_newlines` (multi-line error text).
+pub(crate) fn visible(text: &str, keep_newlines: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if (c == '\n' && keep_newlines) || !(c.is_control() || bidi) {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+    }
+    out
 }
 
 /// Where the opened file really is: `/proc/self/fd/N` names the file the descriptor
@@ -146,5 +163,11 @@ mod tests {
         // Unconfined, a symlink elsewhere is followed, but never into /proc.
         assert!(matches!(read(&root.join("out"), rules(None)), Outcome::Bytes(b) if b == b"s"));
         assert!(matches!(read(&root.join("env"), rules(None)), Outcome::Skipped(_)));
+    }
+
+    #[test]
+    fn visible_escapes_controls_and_bidi_overrides() {
+        assert_eq!(visible("a\x1b[2Jb\u{202e}c\nd", false), "a\\u{1b}[2Jb\\u{202e}c\\nd");
+        assert_eq!(visible("line\nnext\r", true), "line\nnext\\r");
     }
 }

@@ -181,10 +181,11 @@ pub(crate) fn command(dir: Option<&Path>) -> anyhow::Result<u8> {
     let parsed = config::parse(&bytes, &file.path).map_err(|e| usage(format!("{e:#}")))?;
     let sha256 = sha256_hex(&bytes);
     record(&home, &workspace, &sha256)?;
-    eprintln!("keel: trusted {} (sha256 {sha256})", file.path.display());
+    let shown = safe_read::visible(&file.path.display().to_string(), false);
+    eprintln!("keel: trusted {shown} (sha256 {sha256})");
     let gated = config::gated_keys(&parsed);
     if !gated.is_empty() {
-        eprintln!("keel: it may now set: {}", gated.join(", "));
+        eprintln!("keel: it may now set: {}", safe_read::visible(&gated.join(", "), false));
     }
     eprintln!("keel: editing the file makes it untrusted again");
     Ok(exit::COMPLETED)

@@ -933,3 +933,53 @@ fn keel_config_prints_each_setting_and_where_it_came_from() {
     let missing = env.run(&["config", "--config", "/nonexistent/keel.toml"]);
     assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
 }
+
+#[test]
+fn redteam_trust_workspace_keel_folder_symlinked_outside_is_not_read() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let marker = env.scratch.path().join("started");
+    let elsewhere = env.scratch.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("config.toml"), marker_server("evil", &marker)).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, ws.join(".keel")).unwrap();
+    let model = scripted(&env, DONE);
+    let output = run_in(&env, &ws, &model, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(stderr(&output).contains("outside"), "{}", stderr(&output));
+    assert_eq!(trust(&env, &ws).status.code(), Some(2));
+    assert!(!marker.exists());
+
+    // The neighbour: a `.keel` folder symlinked within the workspace is read.
+    std::fs::remove_file(ws.join(".keel")).unwrap();
+    std::fs::create_dir_all(ws.join("config/keel")).unwrap();
+    std::fs::copy(elsewhere.join("config.toml"), ws.join("config/keel/config.toml")).unwrap();
+    std::os::unix::fs::symlink("config/keel", ws.join(".keel")).unwrap();
+    assert_eq!(trust(&env, &ws).status.code(), Some(0));
+    assert_eq!(run_in(&env, &ws, &model, &[]).status.code(), Some(0));
+    assert!(marker.exists());
+}
+
+#[test]
+fn redteam_trust_hostile_names_cannot_drive_the_terminal() {
+    let env = Env::new();
+    let ws = env.workspace();
+    // A server name and a symlink target full of escape sequences.
+    write_workspace_config(
+        &ws,
+        "[mcp_servers.\"x\\u001b]0;owned\\u0007\\u001b[2J\"]\ncommand = \"true\"\n",
+    );
+    let target = env.scratch.path().join("evil\x1b[2Jname");
+    std::fs::write(&target, "outside").unwrap();
+    std::os::unix::fs::symlink(&target, ws.join("AGENTS.md")).unwrap();
+    let output = run_in(&env, &ws, &scripted(&env, DONE), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(!message.contains('\x1b') && !message.contains('\x07'), "{message:?}");
+    assert!(message.contains("ignored `mcp_servers.x\\u{1b}]0;owned\\u{7}"), "{message}");
+    assert!(message.contains("evil\\u{1b}[2Jname"), "{message}");
+    let shown = env.run(&["config", "-C", ws.to_str().unwrap()]);
+    assert!(!stdout(&shown).contains('\x1b'), "{:?}", stdout(&shown));
+    // The neighbour: the answer itself is printed as it is.
+    assert_eq!(stdout(&output).trim(), "done");
+}
