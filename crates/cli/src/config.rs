@@ -347,14 +347,25 @@ pub(crate) fn load(home: &Path, workspace: &Path) -> anyhow::Result<Loaded> {
     }
 
     for (key, reason) in &loaded.ignored {
-        loaded.notes.push(format!("keel: ignored `{key}` from {shown}: {reason}"));
+        if !waiting.contains(key) {
+            loaded.notes.push(format!("keel: ignored `{key}` from {shown}: {reason}"));
+        }
     }
     if !waiting.is_empty() {
+        let keys: Vec<String> = waiting.iter().map(|key| format!("`{key}`")).collect();
         loaded.notes.push(format!(
-            "keel: review {shown}, then run `{}` to apply {}",
-            trust::trust_command(workspace),
-            waiting.join(", ")
+            "keel: ignored {} from {shown}: {}",
+            keys.join(", "),
+            state.label()
         ));
+        // Trusting helps only when the records can be used at all.
+        if matches!(state, trust::State::Untrusted | trust::State::Changed) {
+            loaded.notes.push(format!(
+                "keel: review {shown}, then run `{}` to apply {}",
+                trust::trust_command(workspace),
+                waiting.join(", ")
+            ));
+        }
     }
     Ok(loaded)
 }
