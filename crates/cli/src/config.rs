@@ -552,3 +552,84 @@ fn scope_text(scope: &keel_contracts::Scope) -> String {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> ConfigFile {
+        parse(text.as_bytes(), Path::new("test.toml")).unwrap()
+    }
+
+    fn narrowed(user: &str, workspace: &str) -> Loaded {
+        let mut loaded = Loaded::default();
+        overlay_user(&mut loaded, file(user), "user");
+        narrow(&mut loaded, &file(workspace), "workspace", "ws").unwrap();
+        loaded
+    }
+
+    #[test]
+    fn a_workspace_file_only_narrows_each_key() {
+        let loaded = narrowed(
+            "max_steps = 10\nmax_cost_usd = 1.0\nmax_time = \"10m\"\n\
+             [envelope]\nreads = [\"read_file\", \"grep\"]\nforbid = [\"bash\"]\n",
+            "max_steps = 20\nmax_cost_usd = 0.5\nmax_time = \"1h\"\nmax_agent_depth = 3\n\
+             [envelope]\nreads = [\"grep\", \"glob\"]\nwrites = [\"edit_file\"]\n\
+             forbid = [\"todo\"]\n[permissions]\ndeny = [\"bash(rm*)\"]\n",
+        );
+        let config = &loaded.config;
+        assert_eq!(config.max_steps, Some(10));
+        assert_eq!(config.max_cost_usd, Some(0.5));
+        assert_eq!(config.max_time.as_deref(), Some("10m"));
+        assert_eq!(config.max_agent_depth, None, "depth above the default 1 is ignored");
+        let scope = |value: &Option<ScopeValue>| value.as_ref().map(ScopeValue::to_scope);
+        assert_eq!(
+            scope(&config.envelope.reads),
+            Some(keel_contracts::Scope::Tools(["grep".to_owned()].into()))
+        );
+        assert_eq!(
+            scope(&config.envelope.writes),
+            Some(keel_contracts::Scope::Tools(["edit_file".to_owned()].into()))
+        );
+        assert_eq!(config.envelope.forbid, Some(vec!["bash".to_owned(), "todo".to_owned()]));
+        assert_eq!(config.permissions.deny, ["bash(rm*)"]);
+        assert_eq!(loaded.origins["max_cost_usd"], "workspace");
+        assert_eq!(loaded.origins["max_steps"], "user");
+        assert_eq!(loaded.origins["envelope.reads"], "user + workspace");
+        let ignored: Vec<&str> = loaded.ignored.iter().map(|(key, _)| key.as_str()).collect();
+        assert_eq!(
+            ignored,
+            [
+                "max_steps = 20",
+                "max_agent_depth = 3",
+                "max_time = 1h",
+                "envelope.reads = [\"glob\", \"grep\"]"
+            ]
+        );
+    }
+
+    #[test]
+    fn shadow_wins_and_an_unknown_mode_or_duration_is_an_error() {
+        assert_eq!(narrowed("", "mode = \"shadow\"").config.mode.as_deref(), Some("shadow"));
+        let kept = narrowed("mode = \"shadow\"", "mode = \"live\"");
+        assert_eq!(kept.config.mode.as_deref(), Some("shadow"));
+        assert_eq!(kept.ignored.len(), 1);
+        let mut loaded = Loaded::default();
+        assert!(narrow(&mut loaded, &file("mode = \"wide\""), "w", "ws").is_err());
+        assert!(narrow(&mut loaded, &file("max_time = \"soon\""), "w", "ws").is_err());
+    }
+
+    #[test]
+    fn gated_and_user_only_keys_are_named() {
+        let local = file(
+            "model = \"m\"\nbase_url = \"u\"\nsandbox = \"bypass\"\napproval = \"auto\"\n\
+             [permissions]\nallow = [\"bash\"]\n[mcp_servers.fs]\ncommand = \"x\"\n\
+             [[outbox]]\nname = \"leak\"\nkind = \"jsonl\"\npath = \"/tmp/x\"\n",
+        );
+        assert_eq!(gated_keys(&local), ["model", "base_url", "mcp_servers.fs"]);
+        assert_eq!(
+            user_only_keys(&local),
+            ["approval", "sandbox", "permissions.allow", "outbox.leak"]
+        );
+    }
+}
