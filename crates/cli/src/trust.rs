@@ -145,6 +145,8 @@ fn record(home: &Path, workspace: &Path, sha256: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(home).with_context(|| format!("cannot create {}", home.display()))?;
     let target = home.join(RECORDS);
     let temporary = home.join(format!(".{RECORDS}.{}.tmp", std::process::id()));
+    // A leftover from a crashed `keel trust` with the same pid (never followed: unlinked).
+    let _ = std::fs::remove_file(&temporary);
     let written = (|| -> std::io::Result<()> {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
