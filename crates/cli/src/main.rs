@@ -16,6 +16,7 @@ mod app;
 mod args;
 mod config;
 mod failpoints;
+mod habits;
 mod mcp;
 mod outbox;
 mod output;
@@ -23,7 +24,9 @@ mod permission;
 mod pricing;
 mod provider;
 mod seal;
+mod terminal;
 mod tokens;
+mod view;
 
 use std::process::ExitCode;
 
