@@ -368,10 +368,11 @@ impl View {
             },
             Outcome::Error => (paint.red("✗"), paint.red("error")),
             Outcome::Refused => {
-                let why = call.refused_by.as_deref().map_or_else(
-                    || one_line(content.strip_prefix("refused: ").unwrap_or(content), 120),
-                    |by| one_line(by, 160),
-                );
+                let why = match call.refused_by.as_deref() {
+                    Some("user") => "denied at the prompt".to_owned(),
+                    Some(by) => one_line(by, 160),
+                    None => one_line(content.strip_prefix("refused: ").unwrap_or(content), 120),
+                };
                 (paint.red("✗"), paint.red(&format!("refused: {why}")))
             }
             Outcome::ShadowDenied => (paint.yellow("◌"), "shadow: recorded, not run".to_owned()),

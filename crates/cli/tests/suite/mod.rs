@@ -10,3 +10,5 @@ mod postgres_e2e;
 mod providers_e2e;
 mod seal;
 mod support;
+mod terminal_e2e;
+mod terminal_pty;

@@ -22,6 +22,8 @@ impl Env {
             .env("KEEL_HOME", self.home.path())
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ANTHROPIC_BASE_URL")
             .stdin(Stdio::null());
         command
     }
