@@ -431,6 +431,13 @@ fn a_boundary_request_widens_managed_bash_when_approved_and_denial_exits_4() {
         dir = outside.path().display()
     );
     let model = scripted(&env, &script);
+    // `--approval auto` alone never widens the boundary (#11): the user's own rule does.
+    let config = env.home.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[permissions]\nallow = [\"request_boundary({})\"]\n", outside.path().display()),
+    )
+    .unwrap();
     let output = env.run(&[
         "run",
         "-C",
@@ -443,6 +450,7 @@ fn a_boundary_request_widens_managed_bash_when_approved_and_denial_exits_4() {
         "t",
     ]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    std::fs::remove_file(&config).unwrap();
     let events = json_lines(&output);
     let first = events.iter().find(|e| e["kind"] == "tool_result").unwrap();
     assert!(
