@@ -316,6 +316,12 @@ fn resolve(
     })
 }
 
+/// Whether the run's progress view goes to stderr (text output, not `-q`).
+fn shows_view(options: &RunOptions) -> bool {
+    options.format() == crate::args::OutputFormat::Text
+        && options.verbosity() != crate::view::Verbosity::Quiet
+}
+
 /// `500ms`, `90s`, `10m`, `2h`: a positive number and its unit (a bare number is refused,
 /// so `--max-time 10` cannot mean ten seconds to one reader and ten minutes to another).
 fn parse_duration(text: &str) -> Option<Duration> {
@@ -535,7 +541,7 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let cancel = cancel_on_ctrl_c();
     let report = kernel.run_turn(session_id, &task, &resolved.run, &cancel).await;
     outbox.finish().await;
-    Ok(output::finish(&report?, options.format(), started_at))
+    Ok(output::finish(&report?, options.format(), shows_view(&options), started_at))
 }
 
 pub(crate) async fn resolve_session(
@@ -595,7 +601,7 @@ async fn resume(
         }
     };
     outbox.finish().await;
-    Ok(output::finish(&report?, options.format(), started_at))
+    Ok(output::finish(&report?, options.format(), shows_view(&options), started_at))
 }
 
 async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> anyhow::Result<u8> {

@@ -117,7 +117,15 @@ impl Observer for Printer {
 /// Prints how the run ended and returns its exit status: the answer on stdout (text), or
 /// one JSON object (`--output-format json`); reasons on stderr. `started_at` is when the
 /// command began, for `duration_ms`.
-pub(crate) fn finish(report: &RunReport, format: OutputFormat, started_at: DateTime<Utc>) -> u8 {
+///
+/// When the view was shown (`view_shown`), its closing line already said how the run
+/// ended, so only what to do next is added.
+pub(crate) fn finish(
+    report: &RunReport,
+    format: OutputFormat,
+    view_shown: bool,
+    started_at: DateTime<Utc>,
+) -> u8 {
     use crate::app::exit;
     let (status, result, reason) = match &report.outcome {
         TurnOutcome::Completed { text } => (exit::COMPLETED, text.as_str(), None),
@@ -171,24 +179,24 @@ pub(crate) fn finish(report: &RunReport, format: OutputFormat, started_at: DateT
         }
         OutputFormat::Text | OutputFormat::StreamJson => {}
     }
-    let reason = reason.map(|reason| crate::terminal::one_line(reason.trim(), 600));
+    let reason = reason.map(crate::view::short_reason).unwrap_or_default();
     match &report.outcome {
         TurnOutcome::Completed { .. } => {}
-        TurnOutcome::Failed { .. } => {
-            eprintln!("keel: run failed: {}", reason.unwrap_or_default());
+        TurnOutcome::Failed { .. } if !view_shown => eprintln!("keel: run failed: {reason}"),
+        TurnOutcome::Suspended { .. } => {
+            if !view_shown {
+                eprintln!("keel: run suspended ({reason}); a checkpoint was recorded");
+            }
+            eprintln!("keel: continue with `keel resume {}`", report.session_id);
         }
-        TurnOutcome::Suspended { .. } => eprintln!(
-            "keel: run suspended ({}); a checkpoint was recorded\nkeel: continue with `keel resume {}`",
-            reason.unwrap_or_default(),
-            report.session_id
-        ),
-        TurnOutcome::Cancelled { .. } => {
-            eprintln!("keel: run cancelled: {}", reason.unwrap_or_default());
+        TurnOutcome::Cancelled { .. } if !view_shown => {
+            eprintln!("keel: run cancelled: {reason}");
         }
-        TurnOutcome::Denied { .. } => eprintln!(
-            "keel: run denied: {}; the turn ended without a wider retry",
-            reason.unwrap_or_default()
-        ),
+        TurnOutcome::Denied { .. } if !view_shown => {
+            eprintln!("keel: run denied: {reason}; the turn ended without a wider retry");
+        }
+        TurnOutcome::Failed { .. } | TurnOutcome::Cancelled { .. } | TurnOutcome::Denied { .. } => {
+        }
     }
     status
 }

@@ -503,9 +503,44 @@ fn usage_text(usage: &UsageTotals) -> String {
     text
 }
 
-/// A run's reason on one line: provider errors can be long.
-fn short_reason(reason: &str) -> String {
-    one_line(reason.trim(), 300)
+/// A run's reason as one line that says what to do: an unreachable endpoint is named
+/// with a hint, an HTML error page is cut to its title, and anything else is clipped.
+pub(crate) fn short_reason(reason: &str) -> String {
+    one_line(&explain_failure(reason.trim()), 300)
+}
+
+fn explain_failure(reason: &str) -> String {
+    // reqwest: "error sending request for url (URL): client error (Connect): …: CAUSE".
+    if let Some((_, rest)) = reason.split_once("error sending request for url (")
+        && let Some((url, causes)) = rest.split_once(')')
+    {
+        let cause = causes.rsplit(": ").next().unwrap_or(causes).trim();
+        let hint =
+            if cause.contains("refused") || cause.contains("dns") || cause.contains("resolve") {
+                "is the server running, and is --base-url (or OPENAI_BASE_URL) right?"
+            } else if cause.contains("certificate") || cause.contains("tls") {
+                "the server's TLS certificate was not accepted"
+            } else {
+                "check the network and --base-url"
+            };
+        let head = reason.split("request failed").next().unwrap_or("").trim_end_matches(": ");
+        let head = if head.is_empty() { String::new() } else { format!("{head}: ") };
+        return format!("{head}cannot reach {url}: {cause}; {hint}");
+    }
+    // An HTML page where an API answer was expected (a proxy or a wrong URL).
+    let lower = reason.to_ascii_lowercase();
+    if let Some(start) = lower.find("<!doctype html").or_else(|| lower.find("<html")) {
+        let title = lower.find("<title>").and_then(|open| {
+            let body = &reason[open + "<title>".len()..];
+            body.find("</").map(|close| body[..close].trim().to_owned())
+        });
+        let head = reason[..start].trim_end();
+        return format!(
+            "{head} an HTML page{} (is --base-url an API endpoint, such as …/v1?)",
+            title.map(|t| format!(" \"{t}\"")).unwrap_or_default()
+        );
+    }
+    reason.to_owned()
 }
 
 /// `12345` → `12,345`.

@@ -393,3 +393,21 @@ fn redteam_terminal_newlines_cannot_fake_a_line_of_keel() {
     assert!(text.contains("bash true⏎✓ completed"), "{text}");
     assert!(!text.lines().any(|line| line.starts_with("✓ completed")), "{text}");
 }
+
+#[test]
+fn failures_say_what_to_do_in_one_line() {
+    let refused = "model error: request failed: error sending request for url (http://127.0.0.1:9/v1/chat/completions): client error (Connect): tcp connect error: Connection refused (os error 111)";
+    assert_eq!(
+        short_reason(refused),
+        "model error: cannot reach http://127.0.0.1:9/v1/chat/completions: Connection refused (os error 111); is the server running, and is --base-url (or OPENAI_BASE_URL) right?"
+    );
+    let html = format!(
+        "model error (HTTP 502): <!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>{}</body></html>",
+        "<p>nginx</p>".repeat(200)
+    );
+    assert_eq!(
+        short_reason(&html),
+        "model error (HTTP 502): an HTML page \"502 Bad Gateway\" (is --base-url an API endpoint, such as …/v1?)"
+    );
+    assert_eq!(short_reason("the model answered"), "the model answered");
+}

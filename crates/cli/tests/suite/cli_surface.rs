@@ -466,7 +466,7 @@ fn a_boundary_request_widens_managed_bash_when_approved_and_denial_exits_4() {
     let output =
         env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "deny", "t"]);
     assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
-    assert!(stderr(&output).contains("run denied"), "{}", stderr(&output));
+    assert!(stderr(&output).contains("✗ denied: "), "{}", stderr(&output));
     assert!(!target.exists());
     // The listing round-trips the denied status (it once broke every later listing).
     let listed = env.run(&["sessions"]);
