@@ -519,6 +519,7 @@ fn read_task(task: Option<String>) -> anyhow::Result<String> {
 async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let started_at = keel_contracts::Clock::now(&SystemClock);
     let workspace = canonical_workspace(options.workspace.as_deref())?;
+    let _keel_dir = crate::habits::EmptyKeelDir::watch(&workspace);
     let (home, store) = open_store().await?;
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
     let mut resolved =
@@ -566,6 +567,7 @@ async fn resume(
     };
     crate::seal::refuse_sealed(session_id, &events)?;
     let workspace = canonical_workspace(Some(Path::new(workspace)))?;
+    let _keel_dir = crate::habits::EmptyKeelDir::watch(&workspace);
     if options.workspace.is_some() {
         eprintln!("keel: -C is ignored on resume: the session is bound to {}", workspace.display());
     }

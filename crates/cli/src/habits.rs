@@ -233,3 +233,33 @@ pub(crate) async fn stop(session: &SessionArg) -> anyhow::Result<u8> {
         None => Err(usage(format!("no session {session_id}"))),
     }
 }
+
+/// Removes the workspace's `.keel/` when keel made it and left it empty.
+///
+/// The managed sandbox creates `.keel/` before a command runs, so a command cannot plant
+/// one (it is read-only inside the sandbox). Once the command is over, nothing is left
+/// to protect it from, so an empty `.keel/` that did not exist before keel started is
+/// removed when this guard drops: keel leaves no empty folder in a repository.
+#[derive(Debug)]
+pub(crate) struct EmptyKeelDir {
+    /// The `.keel/` path when it did not exist at the start; `None` when it did.
+    created: Option<std::path::PathBuf>,
+}
+
+impl EmptyKeelDir {
+    pub(crate) fn watch(workspace: &Path) -> EmptyKeelDir {
+        let dir = workspace.join(".keel");
+        EmptyKeelDir { created: dir.symlink_metadata().is_err().then_some(dir) }
+    }
+}
+
+impl Drop for EmptyKeelDir {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.created
+            && dir.symlink_metadata().is_ok_and(|meta| meta.is_dir())
+        {
+            // Fails, as it should, when the folder is not empty.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}

@@ -127,7 +127,7 @@ impl View {
         let tokens =
             self.usage.input_tokens + self.usage.output_tokens + self.usage.reasoning_tokens;
         let mut status = activity.clone();
-        if self.usage.responses > 0 {
+        if tokens > 0 {
             status.push_str(&format!(" · {} tokens", thousands(tokens)));
             if let Some(usd) = self.usage.cost_usd {
                 status.push_str(&format!(" · ${usd:.4}"));

@@ -207,27 +207,56 @@ fn output_format_json_prints_one_object_at_the_end() {
 #[test]
 fn sessions_show_the_workspace_filter_by_dir_and_limit_with_zoned_times() {
     let env = Env::new();
-    let model = scripted(&env, r#"{"steps":[{"text":"hi"}]}"#);
+    let model = scripted(
+        &env,
+        r#"{"steps":[{"tool_calls":[{"name":"bash","arguments":{"command":"true"}}]},{"text":"hi"}]}"#,
+    );
     let a = env.scratch.path().join("a");
     let b = env.scratch.path().join("b");
     for dir in [&a, &b, &a] {
         std::fs::create_dir_all(dir).unwrap();
-        let output = env.run(&["run", "-C", dir.to_str().unwrap(), "-m", &model, "t"]);
+        let output = env.run(&[
+            "run",
+            "-C",
+            dir.to_str().unwrap(),
+            "-m",
+            &model,
+            "--approval",
+            "sandboxed",
+            "t",
+        ]);
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-        // keel leaves no empty .keel/ behind in a workspace it only read.
-        // FIXME(#14): keel-sandbox creates .keel/ so a command cannot plant one; only
-        // runs that start no command leave none, as here.
+        // The sandbox made .keel/ for the command (so it could not plant one); keel
+        // leaves no empty folder behind.
         assert!(!dir.join(".keel").exists(), "{}", dir.display());
     }
-    let all = stdout(&env.run(&["sessions"]));
+    // The neighbour: a .keel/ the user made stays, even empty.
+    let own = env.scratch.path().join("own");
+    std::fs::create_dir_all(own.join(".keel")).unwrap();
+    let output = env.run(&[
+        "run",
+        "-C",
+        own.to_str().unwrap(),
+        "-m",
+        &model,
+        "--approval",
+        "sandboxed",
+        "t",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(own.join(".keel").is_dir());
+    let all = stdout(&env.run(&["sessions", "-C", env.scratch.path().to_str().unwrap()]));
+    assert_eq!(all.lines().count(), 4, "{all}");
+    let all: String =
+        all.lines().filter(|l| !l.contains("/own")).map(|l| format!("{l}\n")).collect();
     assert_eq!(all.lines().count(), 3, "{all}");
     let a_canonical = a.canonicalize().unwrap();
     let only_a = stdout(&env.run(&["sessions", "-C", a.to_str().unwrap()]));
     assert_eq!(only_a.lines().count(), 2, "{only_a}");
     assert!(only_a.lines().all(|line| line.contains(a_canonical.to_str().unwrap())), "{only_a}");
-    let limited = stdout(&env.run(&["sessions", "--limit", "1"]));
-    assert_eq!(limited.lines().count(), 1, "{limited}");
-    assert_eq!(limited.lines().next(), all.lines().next());
+    let limited = stdout(&env.run(&["sessions", "--limit", "2"]));
+    assert_eq!(limited.lines().count(), 2, "{limited}");
+    assert!(limited.lines().next().unwrap().contains("/own"), "newest first: {limited}");
     // Times carry their zone (UTC offset).
     let first = all.lines().next().unwrap();
     assert!(
