@@ -68,12 +68,11 @@ impl Printer {
             _ => {}
         }
         match view.status() {
-            Some(status) => {
-                if spinner.message() != status {
-                    spinner.reset_elapsed();
-                    spinner.set_message(status);
-                }
+            Some(status) if spinner.message() != status => {
+                spinner.reset_elapsed();
+                spinner.set_message(status);
             }
+            Some(_) => {}
             None if event.kind.is_run_terminal() => spinner.finish_and_clear(),
             None => {}
         }
