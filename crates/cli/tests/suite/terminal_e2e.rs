@@ -516,3 +516,26 @@ fn redteam_boundary_sandboxed_refuses_writes_outside_the_workspace() {
         stderr(&output)
     );
 }
+
+#[test]
+fn every_flag_in_help_is_in_the_readme() {
+    let env = Env::new();
+    let readme = std::fs::read_to_string(super::support::repo_root().join("README.md")).unwrap();
+    for command in ["run", "resume", "sessions", "log", "stop", "compact", "seal"] {
+        let help = stdout(&env.run(&[command, "--help"]));
+        let flags: Vec<&str> = help
+            .lines()
+            .map(str::trim_start)
+            // Option lines: `-C, --workspace <DIR>  description` (not `- value: …`).
+            .filter(|line| line.starts_with('-') && !line.starts_with("- "))
+            .map(|line| line.split("  ").next().unwrap_or(line))
+            .flat_map(|line| line.split([' ', ',']))
+            .filter(|word| word.starts_with("--") && word.len() > 2)
+            .filter(|flag| !matches!(*flag, "--help" | "--version"))
+            .collect();
+        assert!(!flags.is_empty(), "{command}: {help}");
+        for flag in flags {
+            assert!(readme.contains(flag), "`keel {command} {flag}` is not in README.md");
+        }
+    }
+}
