@@ -40,7 +40,8 @@ pub(crate) async fn main(cli: Cli) -> u8 {
     match dispatch(cli).await {
         Ok(status) => status,
         Err(error) => {
-            eprintln!("keel: {error:#}");
+            // Error chains may carry outside text (a provider's or server's message).
+            eprintln!("keel: {}", crate::terminal::neutralize(&format!("{error:#}")));
             if error.downcast_ref::<UsageError>().is_some() { exit::USAGE } else { exit::FAILED }
         }
     }

@@ -539,3 +539,75 @@ fn every_flag_in_help_is_in_the_readme() {
         }
     }
 }
+
+#[test]
+fn redteam_terminal_the_binary_shows_no_raw_escape_from_model_files_or_output() {
+    let env = Env::new();
+    let ws = env.workspace();
+    // Model text, a file name and a command's output that try to clear the screen, set the
+    // clipboard (OSC 52), retitle the terminal, overwrite a line and reverse a name.
+    let model = scripted(
+        &env,
+        r#"{"steps":[
+            {"text":"plan\u001b[2J\u001b]0;owned\u0007","tool_calls":[{"name":"write_file","arguments":{"path":"x\u001b[8m\u202egpj.exe","content":"a\n"}}]},
+            {"tool_calls":[{"name":"bash","arguments":{"command":"printf 'ok\\r\\033[2Kfake ✓ completed\\n\\033]52;c;ZXZpbA==\\007'; exit 1"}}]},
+            {"text":"done\u001b[31m red \u009b2J café 日本 🚀"}
+        ]}"#,
+    );
+    let output =
+        env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "sandboxed", "t"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let session = session_id(&env);
+    let log = stdout(&env.run(&["log", &session]));
+    let trace = stdout(&env.run(&["log", &session, "-v"]));
+    for (name, text) in [("stderr", stderr(&output)), ("log", log.clone()), ("log -v", trace)] {
+        assert!(
+            !text.contains('\x1b') && !text.contains('\r') && !text.contains('\u{9b}'),
+            "{name}: {text:?}"
+        );
+        assert!(!text.contains('\u{202e}') && !text.contains('\x07'), "{name}: {text:?}");
+    }
+    assert!(log.contains("  plan\\x1b[2J\\x1b]0;owned\\x07"), "{log}");
+    assert!(log.contains("✓ write_file x\\x1b[8m\\u{202e}gpj.exe · ok"), "{log}");
+    assert!(log.contains("│ ok\\r\\x1b[2Kfake ✓ completed"), "{log}");
+    assert!(log.contains("│ \\x1b]52;c;ZXZpbA==\\x07"), "{log}");
+    assert!(log.contains("  done\\x1b[31m red \\u{9b}2J café 日本 🚀"), "{log}");
+    // The file was written under its real name, and the piped answer and the JSON log
+    // are exact: neutralising is for terminals only.
+    assert!(ws.join("x\x1b[8m\u{202e}gpj.exe").exists());
+    assert_eq!(stdout(&output), "done\x1b[31m red \u{9b}2J café 日本 🚀\n");
+    let events = ledger(&env, &session);
+    assert!(events.iter().any(|e| e["text"] == "plan\x1b[2J\x1b]0;owned\x07"));
+}
+
+#[test]
+fn an_unreachable_endpoint_is_one_line_with_the_url_and_a_hint() {
+    let env = Env::new();
+    let ws = env.workspace();
+    // A port with no server behind it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let output =
+        env.run(&["run", "-C", ws.to_str().unwrap(), "-m", "openai:m", "--base-url", &url, "t"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    let failed: Vec<&str> = err.lines().filter(|line| line.starts_with("✗ failed")).collect();
+    assert_eq!(failed.len(), 1, "{err}");
+    assert!(failed[0].contains(&format!("cannot reach {url}/chat/completions")), "{err}");
+    assert!(failed[0].contains("is the server running, and is --base-url"), "{err}");
+    // With the view off, the same single line is keel's error line.
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        "openai:m",
+        "--base-url",
+        &url,
+        "-q",
+        "t",
+    ]);
+    let err = stderr(&output);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("keel: run failed: model error: cannot reach"), "{err}");
+}

@@ -75,6 +75,70 @@ fn prompts(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Starts keel on a fresh pty with `args`; returns the child, the master for answers, and
+/// what keel writes.
+fn spawn_on_pty(env: &Env, args: &[&str]) -> (Child, std::fs::File, Arc<Mutex<Vec<u8>>>) {
+    let pty = open_pty();
+    let tty = |fd: &OwnedFd| Stdio::from(fd.try_clone().unwrap());
+    let child = env
+        .keel()
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("TERM", "xterm")
+        .stdin(tty(&pty.slave))
+        .stdout(tty(&pty.slave))
+        .stderr(tty(&pty.slave))
+        .spawn()
+        .unwrap();
+    drop(pty.slave);
+    let master_in = pty.master.try_clone().unwrap();
+    (child, master_in, collect(pty.master))
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "keel did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn redteam_boundary_auto_at_a_terminal_asks_a_person() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let extra = env.scratch.path().join("cache");
+    std::fs::create_dir_all(&extra).unwrap();
+    let model = scripted(
+        &env,
+        &format!(
+            r#"{{"steps":[
+                {{"tool_calls":[{{"name":"write_file","arguments":{{"path":"in_ws.txt","content":"ok"}}}}]}},
+                {{"tool_calls":[{{"name":"request_boundary","arguments":{{"paths":[{{"path":"{}","access":"write"}}],"justification":"cache"}}}}]}},
+                {{"text":"widened","expect":{{"last_outcomes":["ok"]}}}}
+            ]}}"#,
+            extra.display()
+        ),
+    );
+    let ws_arg = ws.to_str().unwrap().to_owned();
+    let (mut child, mut answers, seen) =
+        spawn_on_pty(&env, &["run", "-C", &ws_arg, "-m", &model, "--approval", "auto", "t"]);
+    // The ordinary write is not asked; the wider boundary is.
+    let text = wait_for(&seen, "[n] deny: ", 1, &mut child);
+    let asked = prompts(&text);
+    assert_eq!(asked.len(), 1, "{text}");
+    assert!(asked[0].contains("┌ keel asks to run request_boundary (write access)"), "{text}");
+    assert!(ws.join("in_ws.txt").exists(), "auto ran the ordinary write without asking");
+    answers.write_all(b"y\n").unwrap();
+    assert_eq!(wait_exit(&mut child).code(), Some(0));
+    let log = stdout(&env.run(&["log", "--last", "--json"]));
+    assert!(log.contains("\"kind\":\"boundary_revised\""), "{log}");
+    assert!(log.contains("\"by\":\"user\""), "{log}");
+}
+
 #[test]
 fn redteam_terminal_the_ask_prompt_under_a_pty_cannot_be_forged() {
     let env = Env::new();
@@ -89,21 +153,9 @@ fn redteam_terminal_the_ask_prompt_under_a_pty_cannot_be_forged() {
             {"text":"done","expect":{"last_outcomes":["refused"]}}
         ]}"#,
     );
-    let pty = open_pty();
-    let tty = |fd: &OwnedFd| Stdio::from(fd.try_clone().unwrap());
-    let mut child = env
-        .keel()
-        .args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "ask", "t"])
-        .env("NO_COLOR", "1")
-        .env("TERM", "xterm")
-        .stdin(tty(&pty.slave))
-        .stdout(tty(&pty.slave))
-        .stderr(tty(&pty.slave))
-        .spawn()
-        .unwrap();
-    drop(pty.slave);
-    let mut master_in = pty.master.try_clone().unwrap();
-    let seen = collect(pty.master);
+    let ws_arg = ws.to_str().unwrap().to_owned();
+    let (mut child, mut master_in, seen) =
+        spawn_on_pty(&env, &["run", "-C", &ws_arg, "-m", &model, "--approval", "ask", "t"]);
 
     let text = wait_for(&seen, "[n] deny: ", 1, &mut child);
     let first = prompts(&text).pop().unwrap();
@@ -126,14 +178,7 @@ fn redteam_terminal_the_ask_prompt_under_a_pty_cannot_be_forged() {
     assert!(lines[last].starts_with("└ Allow? [y] once"), "{second}");
     master_in.write_all(b"n\n").unwrap();
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "keel did not finish");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_exit(&mut child);
     assert_eq!(status.code(), Some(0));
     // y ran the ordinary write; n refused the forged command.
     assert_eq!(std::fs::read_to_string(ws.join("notes/café.md")).unwrap(), "日本 🚀\n");
