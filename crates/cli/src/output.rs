@@ -57,16 +57,6 @@ impl Printer {
             }
         }
         let Some(spinner) = spinner else { return };
-        match &event.kind {
-            // The prompt owns the terminal until it is answered.
-            EventKind::PermissionRequested { .. } => {
-                spinner.set_draw_target(ProgressDrawTarget::hidden());
-            }
-            EventKind::PermissionSettled { .. } => {
-                spinner.set_draw_target(ProgressDrawTarget::stderr());
-            }
-            _ => {}
-        }
         match view.status() {
             Some(status) if spinner.message() != status => {
                 spinner.reset_elapsed();
@@ -76,6 +66,18 @@ impl Printer {
             None if event.kind.is_run_terminal() => spinner.finish_and_clear(),
             None => {}
         }
+        match &event.kind {
+            // The prompt owns the terminal until it is answered: the status line is left
+            // saying what waits, and is not redrawn over the question.
+            EventKind::PermissionRequested { .. } => {
+                spinner.tick();
+                spinner.set_draw_target(ProgressDrawTarget::hidden());
+            }
+            EventKind::PermissionSettled { .. } => {
+                spinner.set_draw_target(ProgressDrawTarget::stderr());
+            }
+            _ => {}
+        }
     }
 }
 
@@ -83,6 +85,7 @@ fn new_spinner() -> Option<ProgressBar> {
     let style = ProgressStyle::with_template("{spinner} {msg} · {elapsed}").ok()?;
     let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     spinner.set_style(style.tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ "));
+    spinner.set_message("starting");
     spinner.enable_steady_tick(Duration::from_millis(120));
     Some(spinner)
 }

@@ -252,7 +252,10 @@ impl TerminalPrompt {
         let mut body: Vec<String> = Vec::new();
         match request.arguments {
             serde_json::Value::Object(map) if !map.is_empty() => {
-                for (key, value) in map {
+                // What the call acts on first (the command, the path), then the rest.
+                let mut entries: Vec<(&String, &serde_json::Value)> = map.iter().collect();
+                entries.sort_by_key(|(key, _)| !matches!(key.as_str(), "command" | "path"));
+                for (key, value) in entries {
                     let key = one_line(key, 40);
                     match value {
                         serde_json::Value::String(text) => {
