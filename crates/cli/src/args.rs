@@ -46,7 +46,7 @@ pub(crate) enum Command {
         /// Only sessions of this workspace (and the folders under it).
         #[arg(short = 'C', long = "workspace", value_name = "DIR")]
         workspace: Option<PathBuf>,
-        /// At most N sessions (the newest).
+        /// At most N sessions, the newest (a sub-agent comes with its parent).
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
     },
