@@ -25,9 +25,18 @@ pub(crate) fn paint_for(is_terminal: bool) -> Paint {
 #[derive(Debug)]
 pub(crate) struct Printer {
     format: OutputFormat,
-    view: Mutex<View>,
+    options: ViewOptions,
+    views: Mutex<Views>,
     /// The live status line; only when stderr is a terminal and progress is shown.
     spinner: Option<ProgressBar>,
+}
+
+/// One view per session: the run's own (the first session seen) and its sub-agents',
+/// each a projection of its own ledger, so `keel log` of any of them reads the same.
+#[derive(Debug, Default)]
+struct Views {
+    root: Option<keel_contracts::SessionId>,
+    by_session: std::collections::BTreeMap<keel_contracts::SessionId, View>,
 }
 
 impl Printer {
@@ -37,24 +46,38 @@ impl Printer {
         let spinner = (terminal && format == OutputFormat::Text && verbosity != Verbosity::Quiet)
             .then(new_spinner)
             .flatten();
-        Printer { format, view: Mutex::new(View::new(options)), spinner }
+        Printer { format, options, views: Mutex::new(Views::default()), spinner }
     }
 
     fn show(&self, event: &RuntimeEvent) {
-        let Ok(mut view) = self.view.lock() else { return };
+        let Ok(mut views) = self.views.lock() else { return };
+        let root = *views.root.get_or_insert(event.session_id);
+        let is_root = event.session_id == root;
+        let view =
+            views.by_session.entry(event.session_id).or_insert_with(|| View::new(self.options));
         let lines = view.lines(event);
         let spinner = self.spinner.as_ref().filter(|s| !s.is_finished());
         for line in lines {
-            if line.kind == LineKind::Answer {
-                // Printed once, on stdout, when the run ends.
-                continue;
-            }
+            let text = match (line.kind, is_root) {
+                // The run's answer is printed once, on stdout, when the run ends.
+                (LineKind::Answer, true) => continue,
+                (LineKind::Progress, true) => line.text,
+                // A sub-agent's lines, its answer included, sit under the call that
+                // started it.
+                (LineKind::Progress | LineKind::Answer, false) => {
+                    line.text.lines().map(|l| format!("    ┊ {l}")).collect::<Vec<_>>().join("\n")
+                }
+            };
             match spinner {
-                Some(spinner) => spinner.println(&line.text),
+                Some(spinner) => spinner.println(&text),
                 None => {
-                    let _ = writeln!(std::io::stderr().lock(), "{}", line.text);
+                    let _ = writeln!(std::io::stderr().lock(), "{text}");
                 }
             }
+        }
+        if !is_root && event.kind.is_run_terminal() {
+            // The parent goes on; its status line stays.
+            return;
         }
         let Some(spinner) = spinner else { return };
         match view.status() {

@@ -611,3 +611,55 @@ fn an_unreachable_endpoint_is_one_line_with_the_url_and_a_hint() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("keel: run failed: model error: cannot reach"), "{err}");
 }
+
+#[test]
+fn a_sub_agent_shows_under_its_call_and_each_log_is_its_own_projection() {
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::write(ws.join("notes.txt"), "the answer is 42\n").unwrap();
+    let model = scripted(
+        &env,
+        r#"{
+            "steps": [
+                {"tool_calls":[{"name":"spawn_agent","arguments":{"task":"Find the answer in notes.txt."}}]},
+                {"text":"The child found 42.","expect":{"last_outcomes":["ok"]}}
+            ],
+            "agents": {"Find the answer in notes.txt.": {"steps": [
+                {"tool_calls":[{"name":"read_file","arguments":{"path":"notes.txt"}}]},
+                {"text":"42"}
+            ]}}
+        }"#,
+    );
+    let output =
+        env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto", "t"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let err = stderr(&output);
+    let (child, own): (Vec<&str>, Vec<&str>) = err.lines().partition(|l| l.starts_with("    ┊ "));
+    assert!(child.iter().any(|l| l.contains("✓ read_file notes.txt · ok")), "{err}");
+    assert!(child.contains(&"    ┊ 42"), "the child's answer is shown under the call: {err}");
+    assert!(
+        own.iter().any(|l| l.contains("✓ spawn_agent Find the answer in notes.txt. · ok")),
+        "{err}"
+    );
+    // The parent's log is the parent's lines; the child's log is the child's.
+    let parent = stdout(&env.run(&["log", "--last"]));
+    let replayed: Vec<&str> = parent.lines().filter(|l| *l != "  The child found 42.").collect();
+    assert_eq!(replayed, own);
+    let listed = stdout(&env.run(&["sessions", "--json"]));
+    let child_id = listed
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .find(|s| !s["parent"].is_null())
+        .unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let child_log = stdout(&env.run(&["log", &child_id]));
+    let child_live: Vec<String> =
+        child.iter().map(|l| l.trim_start_matches("    ┊ ").to_owned()).collect();
+    let child_replayed: Vec<String> = child_log
+        .lines()
+        .map(|l| if l == "  42" { "42".to_owned() } else { l.to_owned() })
+        .collect();
+    assert_eq!(child_replayed, child_live);
+}
