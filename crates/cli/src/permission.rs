@@ -99,11 +99,24 @@ impl Approver {
             "bash" => {}
             "write_file" | "edit_file" => {
                 let path = request.arguments.get("path").and_then(serde_json::Value::as_str);
-                let inside = path.is_some_and(|path| {
-                    lexical_absolute(&self.workspace, Path::new(path)).starts_with(&self.workspace)
-                });
-                if !inside {
+                let Some(target) = path.map(|path| resolve_existing(&self.workspace, path)) else {
+                    return Err(format!("{} names no path", request.tool));
+                };
+                if !target.starts_with(&self.workspace) {
                     return Err(format!("{} writes outside the workspace", request.tool));
+                }
+                // Git and keel metadata are not the workspace's content: a hook or a
+                // config planted there runs outside the sandbox later.
+                let metadata = target
+                    .strip_prefix(&self.workspace)
+                    .map(|inner| {
+                        inner
+                            .components()
+                            .any(|c| matches!(c.as_os_str().to_str(), Some(".git" | ".keel")))
+                    })
+                    .unwrap_or(true);
+                if metadata {
+                    return Err(format!("{} writes git or keel metadata", request.tool));
                 }
             }
             other => {
@@ -199,6 +212,29 @@ fn lexical_absolute(workspace: &Path, path: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// Where a file tool's `path` leads: made absolute against `workspace`, normalised, and
+/// with its longest existing prefix resolved through symbolic links (so a link inside
+/// the workspace that leads out, or into `.git`, is judged by where it leads).
+fn resolve_existing(workspace: &Path, path: &str) -> PathBuf {
+    let lexical = lexical_absolute(workspace, Path::new(path));
+    let mut existing = lexical.as_path();
+    let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
+    loop {
+        if let Ok(resolved) = existing.canonicalize() {
+            let mut out = resolved;
+            out.extend(rest.iter().rev());
+            return out;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = parent;
+            }
+            _ => return lexical,
+        }
+    }
 }
 
 /// `*` matches any run of bytes (including `/`), `?` one byte; the rest literally.

@@ -663,3 +663,38 @@ fn a_sub_agent_shows_under_its_call_and_each_log_is_its_own_projection() {
         .collect();
     assert_eq!(child_replayed, child_live);
 }
+
+#[test]
+fn redteam_boundary_sandboxed_does_not_approve_edits_of_git_metadata_or_links_out() {
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+    let outside = env.scratch.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, ws.join("out")).unwrap();
+    std::os::unix::fs::symlink(ws.join(".git/hooks"), ws.join("hooks")).unwrap();
+    let model = scripted(
+        &env,
+        r##"{"steps":[
+            {"tool_calls":[
+                {"name":"write_file","arguments":{"path":".git/hooks/pre-commit","content":"#!/bin/sh\nid\n"}},
+                {"name":"write_file","arguments":{"path":"hooks/post-checkout","content":"#!/bin/sh\nid\n"}},
+                {"name":"write_file","arguments":{"path":"out/planted","content":"x"}},
+                {"name":"write_file","arguments":{"path":"src/ok.txt","content":"fine\n"}}
+            ]},
+            {"text":"done","expect":{"last_outcomes":["refused","refused","refused","ok"]}}
+        ]}"##,
+    );
+    let output =
+        env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "sandboxed", "t"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert_eq!(err.matches("writes git or keel metadata").count(), 2, "{err}");
+    assert_eq!(err.matches("writes outside the workspace").count(), 1, "{err}");
+    assert!(
+        !ws.join(".git/hooks/pre-commit").exists() && !ws.join(".git/hooks/post-checkout").exists()
+    );
+    assert!(!outside.join("planted").exists());
+    // The neighbour: an ordinary new file in the workspace was written without asking.
+    assert_eq!(std::fs::read_to_string(ws.join("src/ok.txt")).unwrap(), "fine\n");
+}
