@@ -349,7 +349,7 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
                 "#{seq} checkpoint ({reason}): {} tool results as evidence",
                 evidence.len()
             );
-            if !report.is_empty() {
+            if !report.is_empty() && !text_shown {
                 line.push_str(&format!("; report: {}", clip(report, 400)));
             }
             line
