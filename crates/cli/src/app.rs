@@ -7,20 +7,17 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use keel_contracts::{
-    ApprovalMode, Budget, Envelope, EventKind, ExecutionMode, PermissionAnswer, PermissionRules,
-    Rule, SandboxMode, Scope, SessionId, Store, SystemClock, UuidV7Ids,
+    ApprovalMode, Budget, Envelope, EventKind, ExecutionMode, PermissionRules, Rule, SandboxMode,
+    Scope, SessionId, Store, SystemClock, UuidV7Ids,
 };
-use keel_kernel::{
-    Cancellation, Kernel, KernelDeps, PermissionHook, RunConfig, RunReport, SessionConfig,
-    StaticPermissions, TurnOutcome,
-};
+use keel_kernel::{Cancellation, Kernel, KernelDeps, PermissionHook, RunConfig, SessionConfig};
 use keel_store::SqliteStore;
 
 use crate::args::{ApprovalArg, Cli, Command, McpCommand, ModeArg, RunOptions, SandboxArg};
 use crate::config::{self, ConfigFile};
 use crate::mcp;
 use crate::output::{self, Printer};
-use crate::permission::TerminalPrompt;
+use crate::permission::{Approver, TerminalPrompt};
 use crate::pricing::PriceTable;
 use crate::provider::{UsageError, model_client};
 
@@ -38,7 +35,8 @@ pub(crate) async fn main(cli: Cli) -> u8 {
     match dispatch(cli).await {
         Ok(status) => status,
         Err(error) => {
-            eprintln!("keel: {error:#}");
+            // Error chains may carry outside text (a provider's or server's message).
+            eprintln!("keel: {}", crate::terminal::neutralize(&format!("{error:#}")));
             if error.downcast_ref::<UsageError>().is_some() { exit::USAGE } else { exit::FAILED }
         }
     }
@@ -50,14 +48,34 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     }
     match cli.command {
         Command::Run { task, options } => run(task, options).await,
-        Command::Resume { session, task, options } => resume(&session, task, options).await,
-        Command::Sessions { json, tree } => sessions(json, tree).await,
-        Command::Log { session, json } => log(&session, json).await,
-        Command::Stop { session } => stop(&session).await,
-        Command::Seal { session, reason } => {
-            crate::seal::seal(open_store().await?.1, &session, reason).await
+        Command::Resume { session, task, last, options } => {
+            // With --last the only positional argument is the task.
+            let (session, task) = match (last, session, task) {
+                (true, Some(task), None) => (None, Some(task)),
+                (true, Some(_), Some(_)) => {
+                    return Err(usage("--last takes the place of SESSION: give only TASK"));
+                }
+                (_, session, task) => (session, task),
+            };
+            resume(&crate::habits::SessionArg::new(session, last), task, options).await
         }
-        Command::Compact { session, options } => compact(&session, options).await,
+        Command::Sessions { json, tree, workspace, limit } => {
+            crate::habits::sessions(json, tree, workspace.as_deref(), limit).await
+        }
+        Command::Log { session, last, json, verbose } => {
+            crate::habits::log(&crate::habits::SessionArg::new(session, last), json, verbose).await
+        }
+        Command::Stop { session, last } => {
+            crate::habits::stop(&crate::habits::SessionArg::new(session, last)).await
+        }
+        Command::Seal { session, last, reason } => {
+            let (_, store) = open_store().await?;
+            let session = crate::habits::SessionArg::new(session, last).resolve(&store).await?;
+            crate::seal::seal(store, &session.to_string(), reason).await
+        }
+        Command::Compact { session, last, options } => {
+            compact(&crate::habits::SessionArg::new(session, last), options).await
+        }
         Command::Trust { dir } => crate::trust::command(dir.as_deref()),
         Command::Config { options } => crate::config_show::show(&options),
         Command::Mcp { command: McpCommand::List { workspace } } => {
@@ -68,7 +86,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
 
 /// The ledger: PostgreSQL when `KEEL_DATABASE_URL` is set (a `postgres://` URL), else the
 /// embedded SQLite file under KEEL_HOME.
-async fn open_store() -> anyhow::Result<(PathBuf, Arc<dyn Store>)> {
+pub(crate) async fn open_store() -> anyhow::Result<(PathBuf, Arc<dyn Store>)> {
     let home = config::keel_home()?;
     let database_url = match std::env::var("KEEL_DATABASE_URL") {
         Ok(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
@@ -117,6 +135,7 @@ fn resolve(
     prices: &PriceTable,
     workspace: &Path,
     session_model: Option<&str>,
+    store: &Arc<dyn Store>,
 ) -> anyhow::Result<Resolved> {
     let model_spec = options
         .model
@@ -147,37 +166,43 @@ fn resolve(
             Some(other) => return Err(usage(format!("config: unknown sandbox '{other}'"))),
         },
     };
+    let terminal = TerminalPrompt::available();
+    let mut implicit = false;
     let approval = match options.approval {
         Some(ApprovalArg::Ask) => ApprovalMode::Ask,
         Some(ApprovalArg::Auto) => ApprovalMode::Auto,
+        Some(ApprovalArg::Sandboxed) => ApprovalMode::Sandboxed,
         Some(ApprovalArg::Deny) => ApprovalMode::Deny,
         None => match config.approval.as_deref() {
             Some("ask") => ApprovalMode::Ask,
             Some("auto") => ApprovalMode::Auto,
+            Some("sandboxed") => ApprovalMode::Sandboxed,
             Some("deny") => ApprovalMode::Deny,
             Some(other) => return Err(usage(format!("config: unknown approval '{other}'"))),
             // Headless runs must never hang on a prompt: without a terminal the default
-            // answer is deny (fail closed).
-            None if TerminalPrompt::available() => ApprovalMode::Ask,
+            // answer is deny (fail closed); a refused call says why in the view.
+            None if terminal => ApprovalMode::Ask,
             None => {
-                eprintln!(
-                    "keel: no terminal to ask for permission: writes will be refused \
-                     (pass --approval auto to allow them)"
-                );
+                implicit = true;
                 ApprovalMode::Deny
             }
         },
     };
-    let permissions: Arc<dyn PermissionHook> = match approval {
-        ApprovalMode::Ask => {
-            if !TerminalPrompt::available() {
-                return Err(usage("--approval ask needs a terminal; use --approval auto or deny"));
-            }
-            Arc::new(TerminalPrompt)
-        }
-        ApprovalMode::Auto => Arc::new(StaticPermissions(PermissionAnswer::AllowOnce)),
-        ApprovalMode::Deny => Arc::new(StaticPermissions(PermissionAnswer::Deny)),
-    };
+    if approval == ApprovalMode::Ask && !terminal {
+        return Err(usage(
+            "--approval ask needs a terminal; use --approval sandboxed (commands and edits \
+             the sandbox contains run, the rest is refused), auto or deny",
+        ));
+    }
+    let permissions: Arc<dyn PermissionHook> = Arc::new(Approver {
+        mode: approval,
+        implicit,
+        terminal,
+        sandbox,
+        workspace: workspace.to_path_buf(),
+        boundary_patterns: Approver::boundary_patterns(&config.permissions.allow),
+        store: store.clone(),
+    });
 
     let mut envelope = Envelope::executor();
     if let Some(reads) = &config.envelope.reads {
@@ -207,8 +232,8 @@ fn resolve(
     let max_time = match options.max_time.as_deref().or(config.max_time.as_deref()) {
         Some(text) => Some(parse_duration(text).ok_or_else(|| {
             usage(format!(
-                "invalid duration '{text}': give a positive time such as 500ms, 90s, 10m or 2h \
-                 (a bare number is seconds)"
+                "invalid duration '{text}': give a positive time with its unit, such as \
+                 500ms, 90s, 10m or 2h"
             ))
         })?),
         None => None,
@@ -292,7 +317,14 @@ fn resolve(
     })
 }
 
-/// `500ms`, `90s`, `10m`, `2h`, or a bare number of seconds.
+/// Whether the run's progress view goes to stderr (text output, not `-q`).
+fn shows_view(options: &RunOptions) -> bool {
+    options.format() == crate::args::OutputFormat::Text
+        && options.verbosity() != crate::view::Verbosity::Quiet
+}
+
+/// `500ms`, `90s`, `10m`, `2h`: a positive number and its unit (a bare number is refused,
+/// so `--max-time 10` cannot mean ten seconds to one reader and ten minutes to another).
 pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
@@ -300,7 +332,7 @@ pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     let number: f64 = number.parse().ok()?;
     let seconds = match unit.trim() {
         "ms" => number / 1000.0,
-        "" | "s" => number,
+        "s" => number,
         "m" => number * 60.0,
         "h" => number * 3600.0,
         _ => return None,
@@ -325,7 +357,7 @@ pub(crate) fn canonical_workspace(dir: Option<&Path>) -> anyhow::Result<PathBuf>
 fn build_kernel(
     store: Arc<dyn Store>,
     resolved: &Resolved,
-    json: bool,
+    options: &RunOptions,
     mcp: &mcp::Started,
     outbox: &crate::outbox::Outbox,
 ) -> anyhow::Result<Kernel> {
@@ -338,7 +370,7 @@ fn build_kernel(
         clock: Arc::new(SystemClock),
         ids: Arc::new(UuidV7Ids),
         permissions: resolved.permissions.clone(),
-        observer: outbox.observer(Arc::new(Printer::new(json))),
+        observer: outbox.observer(Arc::new(Printer::new(options.format(), options.verbosity()))),
         counter: resolved.counter.clone(),
     };
     let kernel = Kernel::with_max_agent_depth(deps, resolved.max_agent_depth)
@@ -471,49 +503,19 @@ fn read_task(task: Option<String>) -> anyhow::Result<String> {
     Ok(task)
 }
 
-fn finish(report: &RunReport, json: bool) -> u8 {
-    match &report.outcome {
-        TurnOutcome::Completed { text } => {
-            if !json {
-                outln!("{text}");
-            }
-            exit::COMPLETED
-        }
-        TurnOutcome::Failed { reason } => {
-            eprintln!("keel: run failed: {reason}");
-            exit::FAILED
-        }
-        TurnOutcome::Suspended { reason, report: text } => {
-            if !json && !text.is_empty() {
-                outln!("{text}");
-            }
-            eprintln!(
-                "keel: run suspended ({reason}); a checkpoint was recorded\nkeel: continue with `keel resume {}`",
-                report.session_id
-            );
-            exit::SUSPENDED
-        }
-        TurnOutcome::Cancelled { reason } => {
-            eprintln!("keel: run cancelled: {reason}");
-            exit::CANCELLED
-        }
-        TurnOutcome::Denied { reason } => {
-            eprintln!("keel: run denied: {reason}; the turn ended without a wider retry");
-            exit::DENIED
-        }
-    }
-}
-
 async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
+    let started_at = keel_contracts::Clock::now(&SystemClock);
     let workspace = canonical_workspace(options.workspace.as_deref())?;
+    let _keel_dir = crate::habits::EmptyKeelDir::watch(&workspace);
     let (home, store) = open_store().await?;
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
-    let mut resolved = resolve(&options, &config, &PriceTable::load(&home)?, &workspace, None)?;
+    let mut resolved =
+        resolve(&options, &config, &PriceTable::load(&home)?, &workspace, None, &store)?;
     let task = read_task(task)?;
     let outbox = crate::outbox::start(&config, &home, store.clone())?;
     let mcp = mcp::start(&config, &home, &workspace, true).await?;
     resolved.run.instructions.splice(0..0, mcp.policy_instruction());
-    let kernel = build_kernel(store, &resolved, options.json, &mcp, &outbox)?;
+    let kernel = build_kernel(store, &resolved, &options, &mcp, &outbox)?;
     check_tool_names(&kernel, &resolved.envelope)?;
     repair(&kernel).await;
     let session_id = kernel
@@ -527,16 +529,24 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let cancel = cancel_on_ctrl_c();
     let report = kernel.run_turn(session_id, &task, &resolved.run, &cancel).await;
     outbox.finish().await;
-    Ok(finish(&report?, options.json))
+    Ok(output::finish(&report?, options.format(), shows_view(&options), started_at))
 }
 
-async fn resolve_session(store: &Arc<dyn Store>, prefix: &str) -> anyhow::Result<SessionId> {
+pub(crate) async fn resolve_session(
+    store: &Arc<dyn Store>,
+    prefix: &str,
+) -> anyhow::Result<SessionId> {
     store.resolve_session(prefix).await.map_err(|error| usage(error.to_string()))
 }
 
-async fn resume(session: &str, task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
+async fn resume(
+    session: &crate::habits::SessionArg,
+    task: Option<String>,
+    options: RunOptions,
+) -> anyhow::Result<u8> {
+    let started_at = keel_contracts::Clock::now(&SystemClock);
     let (home, store) = open_store().await?;
-    let session_id = resolve_session(&store, session).await?;
+    let session_id = session.resolve(&store).await?;
     let events = store.read(session_id, keel_contracts::Seq(0)).await?;
     let Some(EventKind::SessionCreated { workspace, model, .. }) = events.first().map(|e| &e.kind)
     else {
@@ -544,6 +554,7 @@ async fn resume(session: &str, task: Option<String>, options: RunOptions) -> any
     };
     crate::seal::refuse_sealed(session_id, &events)?;
     let workspace = canonical_workspace(Some(Path::new(workspace)))?;
+    let _keel_dir = crate::habits::EmptyKeelDir::watch(&workspace);
     if options.workspace.is_some() {
         eprintln!("keel: -C is ignored on resume: the session is bound to {}", workspace.display());
     }
@@ -559,11 +570,11 @@ async fn resume(session: &str, task: Option<String>, options: RunOptions) -> any
     }
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
     let mut resolved =
-        resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model))?;
+        resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model), &store)?;
     let outbox = crate::outbox::start(&config, &home, store.clone())?;
     let mcp = mcp::start(&config, &home, &workspace, true).await?;
     resolved.run.instructions.splice(0..0, mcp.policy_instruction());
-    let kernel = build_kernel(store, &resolved, options.json, &mcp, &outbox)?;
+    let kernel = build_kernel(store, &resolved, &options, &mcp, &outbox)?;
     let cancel = cancel_on_ctrl_c();
     let report = match task {
         Some(task) if !task.trim().is_empty() => {
@@ -579,127 +590,12 @@ async fn resume(session: &str, task: Option<String>, options: RunOptions) -> any
         }
     };
     outbox.finish().await;
-    Ok(finish(&report?, options.json))
+    Ok(output::finish(&report?, options.format(), shows_view(&options), started_at))
 }
 
-async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
-    let (_, store) = open_store().await?;
-    let sessions = store.sessions().await?;
-    let mut totals = std::collections::BTreeMap::new();
-    for session in &sessions {
-        let mut usage = keel_contracts::UsageTotals::default();
-        match store.read(session.id, keel_contracts::Seq(0)).await {
-            Ok(events) => {
-                for event in events {
-                    if let EventKind::ModelResponse {
-                        usage: reported,
-                        estimated_usage,
-                        cost_usd,
-                        ..
-                    } = &event.kind
-                    {
-                        usage.add(reported, estimated_usage.as_ref(), *cost_usd);
-                    }
-                }
-            }
-            // One damaged session must not hide the others: its totals are unknown.
-            Err(error) => {
-                eprintln!("keel: session {}: {error}", session.id);
-                usage.responses_without_usage = 1;
-                usage.responses = 1;
-                usage.cost_usd = None;
-            }
-        }
-        totals.insert(session.id, usage);
-    }
-    let cost_text = |usage: &keel_contracts::UsageTotals| match (usage.responses, usage.cost_usd) {
-        (0, _) => "-".to_owned(),
-        (_, Some(usd)) => format!("${usd:.4}"),
-        (_, None) => "cost ?".to_owned(),
-    };
-    if json {
-        for session in &sessions {
-            let usage = totals.get(&session.id).copied().unwrap_or_default();
-            let line = serde_json::json!({
-                "session_id": session.id,
-                "created_at": session.created_at,
-                "updated_at": session.updated_at,
-                "workspace": session.workspace,
-                "model": session.model,
-                "title": session.title,
-                "last_seq": session.last_seq,
-                "status": session.status.as_str(),
-                "parent": session.parent,
-                "usage": usage,
-            });
-            outln!("{line}");
-        }
-        return Ok(exit::COMPLETED);
-    }
-    if sessions.is_empty() {
-        eprintln!("keel: no sessions yet");
-        return Ok(exit::COMPLETED);
-    }
-    let print_row = |session: &keel_contracts::SessionSummary, depth: usize| {
-        let usage = totals.get(&session.id).copied().unwrap_or_default();
-        outln!(
-            "{}{}  {:<9}  {}  {:>8} tok  {:>9}  {}  {}",
-            "  ".repeat(depth),
-            session.id,
-            session.status.as_str(),
-            session.updated_at.format("%Y-%m-%d %H:%M:%S"),
-            usage.input_tokens + usage.output_tokens + usage.reasoning_tokens,
-            cost_text(&usage),
-            session.model,
-            session.title.lines().next().unwrap_or_default()
-        );
-    };
-    if tree {
-        fn walk(
-            all: &[keel_contracts::SessionSummary],
-            parent: Option<SessionId>,
-            depth: usize,
-            print_row: &dyn Fn(&keel_contracts::SessionSummary, usize),
-        ) {
-            for session in all.iter().filter(|s| s.parent == parent) {
-                print_row(session, depth);
-                walk(all, Some(session.id), depth + 1, print_row);
-            }
-        }
-        walk(&sessions, None, 0, &print_row);
-    } else {
-        for session in &sessions {
-            print_row(session, 0);
-        }
-    }
-    Ok(exit::COMPLETED)
-}
-
-async fn log(session: &str, json: bool) -> anyhow::Result<u8> {
-    let (_, store) = open_store().await?;
-    let session_id = resolve_session(&store, session).await?;
-    let events = store.read(session_id, keel_contracts::Seq(0)).await?;
-    for event in &events {
-        if json {
-            output::print_json(event);
-        } else if let Some(line) = output::human_line(event, false) {
-            outln!("{line}");
-        }
-    }
-    Ok(exit::COMPLETED)
-}
-
-async fn stop(session: &str) -> anyhow::Result<u8> {
-    let (_, store) = open_store().await?;
-    let session_id = resolve_session(&store, session).await?;
-    store.request_cancel(session_id).await?;
-    eprintln!("keel: stop requested for session {session_id}; its run ends at the next check");
-    Ok(exit::COMPLETED)
-}
-
-async fn compact(session: &str, options: RunOptions) -> anyhow::Result<u8> {
+async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> anyhow::Result<u8> {
     let (home, store) = open_store().await?;
-    let session_id = resolve_session(&store, session).await?;
+    let session_id = session.resolve(&store).await?;
     let events = store.read(session_id, keel_contracts::Seq(0)).await?;
     let Some(EventKind::SessionCreated { workspace, model, .. }) = events.first().map(|e| &e.kind)
     else {
@@ -707,10 +603,11 @@ async fn compact(session: &str, options: RunOptions) -> anyhow::Result<u8> {
     };
     let workspace = canonical_workspace(Some(Path::new(workspace)))?;
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
-    let resolved = resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model))?;
+    let resolved =
+        resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model), &store)?;
     let outbox = crate::outbox::start(&config, &home, store.clone())?;
     let mcp = mcp::start(&config, &home, &workspace, true).await?;
-    let kernel = build_kernel(store, &resolved, options.json, &mcp, &outbox)?;
+    let kernel = build_kernel(store, &resolved, &options, &mcp, &outbox)?;
     let cancel = cancel_on_ctrl_c();
     let compacted = kernel.compact_session(session_id, &resolved.run, &cancel).await;
     outbox.finish().await;

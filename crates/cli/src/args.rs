@@ -27,14 +27,19 @@ pub(crate) enum Command {
     },
     /// Continue a session: a new turn with TASK, or resume its interrupted run.
     Resume {
-        /// Session id or unique prefix.
-        session: String,
+        /// Session id or unique prefix (or --last).
+        #[arg(required_unless_present = "last")]
+        session: Option<String>,
         /// New input; without it the last unfinished turn is resumed.
         task: Option<String>,
+        /// The newest session (then the only positional argument is TASK).
+        #[arg(long)]
+        last: bool,
         #[command(flatten)]
         options: RunOptions,
     },
-    /// List sessions, newest first.
+    /// List sessions, newest first: id, status, last update (with its zone), tokens, cost,
+    /// model, workspace, title.
     Sessions {
         /// One JSON object per line.
         #[arg(long)]
@@ -42,35 +47,60 @@ pub(crate) enum Command {
         /// Children under their parents.
         #[arg(long)]
         tree: bool,
+        /// Only sessions of this workspace (and the folders under it).
+        #[arg(short = 'C', long = "workspace", value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// At most N sessions, the newest (a sub-agent comes with its parent).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
     },
-    /// Print a session's ledger.
+    /// Print a session's ledger: the run's view (as `keel run` shows it), or every event.
     Log {
-        /// Session id or unique prefix.
-        session: String,
+        /// Session id or unique prefix (or --last).
+        #[arg(required_unless_present = "last")]
+        session: Option<String>,
+        /// The newest session.
+        #[arg(long, conflicts_with = "session")]
+        last: bool,
         /// One RuntimeEvent JSON object per line (the same lines `run --json` prints).
         #[arg(long)]
         json: bool,
+        /// Every event, one line each (the full trace).
+        #[arg(short = 'v', long, conflicts_with = "json")]
+        verbose: bool,
     },
     /// Compact a session's context now (fold its earlier conversation into a summary).
     Compact {
-        /// Session id or unique prefix.
-        session: String,
+        /// Session id or unique prefix (or --last).
+        #[arg(required_unless_present = "last")]
+        session: Option<String>,
+        /// The newest session.
+        #[arg(long, conflicts_with = "session")]
+        last: bool,
         #[command(flatten)]
         options: RunOptions,
     },
     /// Make a session inert: it never runs agent code again (`log` and `sessions` still
     /// show it; `resume` refuses it).
     Seal {
-        /// Session id or unique prefix.
-        session: String,
+        /// Session id or unique prefix (or --last).
+        #[arg(required_unless_present = "last")]
+        session: Option<String>,
+        /// The newest session.
+        #[arg(long, conflicts_with = "session")]
+        last: bool,
         /// Why, recorded in the ledger (default: "sealed by the user").
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
     },
-    /// Cancel the session's active run.
+    /// Cancel the session's active run (exit 1 when it has none).
     Stop {
-        /// Session id or unique prefix.
-        session: String,
+        /// Session id or unique prefix (or --last).
+        #[arg(required_unless_present = "last")]
+        session: Option<String>,
+        /// The newest session.
+        #[arg(long, conflicts_with = "session")]
+        last: bool,
     },
     /// Trust this workspace's .keel/config.toml as it is now (by its SHA-256), so its
     /// model, base_url and MCP servers apply; an edited file is untrusted again.
@@ -116,7 +146,19 @@ pub(crate) enum SandboxArg {
 pub(crate) enum ApprovalArg {
     Ask,
     Auto,
+    Sandboxed,
     Deny,
+}
+
+/// What `keel run` prints on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutputFormat {
+    /// The answer (the progress view goes to stderr).
+    Text,
+    /// One JSON object at the end: result, session_id, exit, usage, cost_usd, duration_ms.
+    Json,
+    /// Every RuntimeEvent as one JSON line (the same as --json).
+    StreamJson,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -133,16 +175,28 @@ pub(crate) struct RunOptions {
     /// Explicit step ceiling (model requests per run).
     #[arg(long, value_name = "N")]
     pub(crate) max_steps: Option<u32>,
-    /// Print every RuntimeEvent as one JSON line on stdout.
-    #[arg(long)]
+    /// Print every RuntimeEvent as one JSON line on stdout (= --output-format stream-json).
+    #[arg(long, conflicts_with = "output_format")]
     pub(crate) json: bool,
+    /// text (default: the answer on stdout, progress on stderr), json (one object at the
+    /// end) or stream-json (every event as a JSON line).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub(crate) output_format: Option<OutputFormat>,
+    /// Only the answer: no progress on stderr.
+    #[arg(short = 'q', long, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
+    /// The full trace: every event, one line each, on stderr.
+    #[arg(short = 'v', long)]
+    pub(crate) verbose: bool,
     /// live (default) or shadow.
     #[arg(long, value_enum)]
     pub(crate) mode: Option<ModeArg>,
     /// managed (default) or bypass.
     #[arg(long, value_enum)]
     pub(crate) sandbox: Option<SandboxArg>,
-    /// How permission requests are answered: ask (needs a terminal), auto, deny.
+    /// How permission requests are answered: ask (needs a terminal); auto (allow all but a
+    /// wider boundary); sandboxed (allow what the managed sandbox contains, ask or refuse
+    /// the rest); deny.
     #[arg(long, value_enum)]
     pub(crate) approval: Option<ApprovalArg>,
     /// Read tools allowed: all, or TOOL,TOOL
@@ -160,10 +214,30 @@ pub(crate) struct RunOptions {
     /// Cost budget for the run, in USD.
     #[arg(long, value_name = "X")]
     pub(crate) max_cost_usd: Option<f64>,
-    /// Wall-clock budget for the run (e.g. 90s, 10m).
+    /// Wall-clock budget for the run, with its unit: 500ms, 90s, 10m, 2h.
     #[arg(long, value_name = "DURATION")]
     pub(crate) max_time: Option<String>,
     /// Override the model's context window, in tokens.
     #[arg(long, value_name = "TOKENS")]
     pub(crate) context_window: Option<u64>,
+}
+
+impl RunOptions {
+    /// The output format asked for (`--json` is `stream-json`).
+    pub(crate) fn format(&self) -> OutputFormat {
+        match (self.json, self.output_format) {
+            (true, _) => OutputFormat::StreamJson,
+            (false, Some(format)) => format,
+            (false, None) => OutputFormat::Text,
+        }
+    }
+
+    /// How much progress the terminal view shows.
+    pub(crate) fn verbosity(&self) -> crate::view::Verbosity {
+        match (self.quiet, self.verbose) {
+            (true, _) => crate::view::Verbosity::Quiet,
+            (false, true) => crate::view::Verbosity::Verbose,
+            (false, false) => crate::view::Verbosity::Normal,
+        }
+    }
 }

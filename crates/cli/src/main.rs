@@ -17,6 +17,7 @@ mod args;
 mod config;
 mod config_show;
 mod failpoints;
+mod habits;
 mod instructions;
 mod mcp;
 mod outbox;
@@ -26,8 +27,10 @@ mod pricing;
 mod provider;
 mod safe_read;
 mod seal;
+mod terminal;
 mod tokens;
 mod trust;
+mod view;
 
 use std::process::ExitCode;
 

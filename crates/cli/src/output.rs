@@ -1,56 +1,229 @@
-//! What the terminal shows: `--json` event lines on stdout, or a readable progress view
-//! on stderr. `keel log` uses the same rendering, so a live run and its log read alike.
+//! What a run prints: the terminal view ([`crate::view`]) on stderr, with a spinner while
+//! the model or a tool runs when stderr is a terminal; or `--json` event lines on stdout;
+//! and at the end the answer (or, for `--output-format json`, one result object) on stdout.
+//! `keel log` renders with the same view, so a live run and its log read alike.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use keel_contracts::{EventKind, RuntimeEvent, StreamDelta};
-use keel_kernel::Observer;
+use keel_kernel::{Observer, RunReport, TurnOutcome};
+
+use crate::args::OutputFormat;
+use crate::terminal::{Paint, neutralize};
+use crate::view::{LineKind, Verbosity, View, ViewOptions};
+
+/// Whether keel may colour what it writes to a terminal (`NO_COLOR` turns it off).
+pub(crate) fn paint_for(is_terminal: bool) -> Paint {
+    Paint { enabled: is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) }
+}
 
 /// Prints events as they become durable.
 #[derive(Debug)]
 pub(crate) struct Printer {
-    json: bool,
-    /// Whether streamed text was already shown for the current response.
-    streamed_text: Mutex<bool>,
+    format: OutputFormat,
+    options: ViewOptions,
+    views: Mutex<Views>,
+    /// The live status line; only when stderr is a terminal and progress is shown.
+    spinner: Option<ProgressBar>,
+}
+
+/// One view per session: the run's own (the first session seen) and its sub-agents',
+/// each a projection of its own ledger, so `keel log` of any of them reads the same.
+#[derive(Debug, Default)]
+struct Views {
+    root: Option<keel_contracts::SessionId>,
+    by_session: std::collections::BTreeMap<keel_contracts::SessionId, View>,
 }
 
 impl Printer {
-    pub(crate) fn new(json: bool) -> Printer {
-        Printer { json, streamed_text: Mutex::new(false) }
+    pub(crate) fn new(format: OutputFormat, verbosity: Verbosity) -> Printer {
+        let terminal = std::io::stderr().is_terminal();
+        let options = ViewOptions { verbosity, paint: paint_for(terminal) };
+        let spinner = (terminal && format == OutputFormat::Text && verbosity != Verbosity::Quiet)
+            .then(new_spinner)
+            .flatten();
+        Printer { format, options, views: Mutex::new(Views::default()), spinner }
+    }
+
+    fn show(&self, event: &RuntimeEvent) {
+        let Ok(mut views) = self.views.lock() else { return };
+        let root = *views.root.get_or_insert(event.session_id);
+        let is_root = event.session_id == root;
+        let view =
+            views.by_session.entry(event.session_id).or_insert_with(|| View::new(self.options));
+        let lines = view.lines(event);
+        let spinner = self.spinner.as_ref().filter(|s| !s.is_finished());
+        for line in lines {
+            let text = match (line.kind, is_root) {
+                // The run's answer is printed once, on stdout, when the run ends.
+                (LineKind::Answer, true) => continue,
+                (LineKind::Progress, true) => line.text,
+                // A sub-agent's lines, its answer included, sit under the call that
+                // started it.
+                (LineKind::Progress | LineKind::Answer, false) => {
+                    line.text.lines().map(|l| format!("    ┊ {l}")).collect::<Vec<_>>().join("\n")
+                }
+            };
+            match spinner {
+                Some(spinner) => spinner.println(&text),
+                None => {
+                    let _ = writeln!(std::io::stderr().lock(), "{text}");
+                }
+            }
+        }
+        if !is_root && event.kind.is_run_terminal() {
+            // The parent goes on; its status line stays.
+            return;
+        }
+        let Some(spinner) = spinner else { return };
+        match view.status() {
+            Some(status) if spinner.message() != status => {
+                spinner.reset_elapsed();
+                spinner.set_message(status);
+            }
+            Some(_) => {}
+            None if event.kind.is_run_terminal() => spinner.finish_and_clear(),
+            None => {}
+        }
+        match &event.kind {
+            // The prompt owns the terminal until it is answered: the status line is left
+            // saying what waits, and is not redrawn over the question.
+            EventKind::PermissionRequested { .. } => {
+                spinner.tick();
+                spinner.set_draw_target(ProgressDrawTarget::hidden());
+            }
+            EventKind::PermissionSettled { .. } => {
+                spinner.set_draw_target(ProgressDrawTarget::stderr());
+            }
+            _ => {}
+        }
+    }
+}
+
+fn new_spinner() -> Option<ProgressBar> {
+    let style = ProgressStyle::with_template("{spinner} {msg} · {elapsed}").ok()?;
+    let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    spinner.set_style(style.tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ "));
+    spinner.set_message("starting");
+    spinner.enable_steady_tick(Duration::from_millis(120));
+    Some(spinner)
+}
+
+impl Drop for Printer {
+    fn drop(&mut self) {
+        if let Some(spinner) = &self.spinner {
+            spinner.finish_and_clear();
+        }
     }
 }
 
 impl Observer for Printer {
     fn on_event(&self, event: &RuntimeEvent) {
-        if self.json {
-            print_json(event);
-            return;
-        }
-        let streamed =
-            self.streamed_text.lock().map(|mut s| std::mem::take(&mut *s)).unwrap_or(false);
-        let mut stderr = std::io::stderr().lock();
-        if streamed && matches!(event.kind, EventKind::ModelResponse { .. }) {
-            let _ = writeln!(stderr);
-        }
-        if let Some(line) = human_line(event, streamed) {
-            let _ = writeln!(stderr, "{line}");
+        match self.format {
+            OutputFormat::StreamJson => print_json(event),
+            OutputFormat::Json => {}
+            OutputFormat::Text => self.show(event),
         }
     }
 
     fn on_delta(&self, delta: &StreamDelta) {
-        if self.json {
-            return;
-        }
-        if let StreamDelta::Text(text) = delta {
-            if let Ok(mut streamed) = self.streamed_text.lock() {
-                *streamed = true;
-            }
-            let mut stderr = std::io::stderr().lock();
-            let _ = write!(stderr, "{text}");
-            let _ = stderr.flush();
+        // Streamed text is not echoed: the answer is printed once, on stdout, at the end,
+        // and text between tool calls is part of the view. The spinner shows progress.
+        if let (StreamDelta::Text(_), Some(spinner)) = (delta, &self.spinner) {
+            spinner.tick();
         }
     }
+}
+
+/// Prints how the run ended and returns its exit status: the answer on stdout (text), or
+/// one JSON object (`--output-format json`); reasons on stderr. `started_at` is when the
+/// command began, for `duration_ms`.
+///
+/// When the view was shown (`view_shown`), its closing line already said how the run
+/// ended, so only what to do next is added.
+pub(crate) fn finish(
+    report: &RunReport,
+    format: OutputFormat,
+    view_shown: bool,
+    started_at: DateTime<Utc>,
+) -> u8 {
+    use crate::app::exit;
+    let (status, result, reason) = match &report.outcome {
+        TurnOutcome::Completed { text } => (exit::COMPLETED, text.as_str(), None),
+        TurnOutcome::Failed { reason } => (exit::FAILED, "", Some(reason.as_str())),
+        TurnOutcome::Suspended { reason, report: text } => {
+            (exit::SUSPENDED, text.as_str(), Some(reason.as_str()))
+        }
+        TurnOutcome::Cancelled { reason } => (exit::CANCELLED, "", Some(reason.as_str())),
+        TurnOutcome::Denied { reason } => (exit::DENIED, "", Some(reason.as_str())),
+    };
+    let outcome = match &report.outcome {
+        TurnOutcome::Completed { .. } => "completed",
+        TurnOutcome::Failed { .. } => "failed",
+        TurnOutcome::Suspended { .. } => "suspended",
+        TurnOutcome::Cancelled { .. } => "cancelled",
+        TurnOutcome::Denied { .. } => "denied",
+    };
+    match format {
+        OutputFormat::Json => {
+            let duration_ms = (keel_contracts::Clock::now(&keel_contracts::SystemClock)
+                - started_at)
+                .num_milliseconds()
+                .max(0);
+            let object = serde_json::json!({
+                "result": result,
+                "session_id": report.session_id,
+                "exit": status,
+                "outcome": outcome,
+                "reason": reason,
+                "usage": {
+                    "input_tokens": report.usage.input_tokens,
+                    "output_tokens": report.usage.output_tokens,
+                    "cached_input_tokens": report.usage.cached_input_tokens,
+                    "reasoning_tokens": report.usage.reasoning_tokens,
+                    "responses": report.usage.responses,
+                },
+                "cost_usd": report.usage.cost_usd,
+                "duration_ms": duration_ms,
+            });
+            outln!("{object}");
+            return status;
+        }
+        OutputFormat::Text if !result.is_empty() => {
+            // At a terminal the answer is neutralised like everything else shown there;
+            // piped, it is the model's text exactly.
+            if std::io::stdout().is_terminal() {
+                outln!("{}", neutralize(result));
+            } else {
+                outln!("{result}");
+            }
+        }
+        OutputFormat::Text | OutputFormat::StreamJson => {}
+    }
+    let reason = reason.map(crate::view::short_reason).unwrap_or_default();
+    match &report.outcome {
+        TurnOutcome::Completed { .. } => {}
+        TurnOutcome::Failed { .. } if !view_shown => eprintln!("keel: run failed: {reason}"),
+        TurnOutcome::Suspended { .. } => {
+            if !view_shown {
+                eprintln!("keel: run suspended ({reason}); a checkpoint was recorded");
+            }
+            eprintln!("keel: continue with `keel resume {}`", report.session_id);
+        }
+        TurnOutcome::Cancelled { .. } if !view_shown => {
+            eprintln!("keel: run cancelled: {reason}");
+        }
+        TurnOutcome::Denied { .. } if !view_shown => {
+            eprintln!("keel: run denied: {reason}; the turn ended without a wider retry");
+        }
+        TurnOutcome::Failed { .. } | TurnOutcome::Cancelled { .. } | TurnOutcome::Denied { .. } => {
+        }
+    }
+    status
 }
 
 /// One event as one JSON line on stdout (the format of DESIGN.md §9).
@@ -68,15 +241,14 @@ pub(crate) fn print_json(event: &RuntimeEvent) {
     let _ = stdout.flush();
 }
 
+/// One line of at most `max_chars` characters, neutralised (see [`crate::terminal`]).
 fn clip(text: &str, max_chars: usize) -> String {
-    // Look at no more than the prefix that can be shown: results may be megabytes.
-    let mut chars = text.chars();
-    let head: String = chars.by_ref().take(max_chars).collect();
-    let head = head.replace('\n', "⏎");
-    if chars.next().is_some() { format!("{head}…") } else { head }
+    crate::terminal::one_line(text, max_chars)
 }
 
-/// A readable line for an event; `text_shown` when the response text was streamed already.
+/// The full trace (`-v`): a readable line for every event; `text_shown` when the
+/// response's text is shown elsewhere (the answer). Text from outside keel is clipped and
+/// neutralised; callers neutralise the whole line again.
 pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<String> {
     let seq = event.seq.0;
     let line = match &event.kind {
@@ -177,7 +349,7 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
                 "#{seq} checkpoint ({reason}): {} tool results as evidence",
                 evidence.len()
             );
-            if !report.is_empty() {
+            if !report.is_empty() && !text_shown {
                 line.push_str(&format!("; report: {}", clip(report, 400)));
             }
             line

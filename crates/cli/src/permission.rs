@@ -1,34 +1,343 @@
-//! `--approval ask`: consent asked at the terminal.
+//! How consent is answered for a `keel` run (`--approval ask|auto|sandboxed|deny`), and the
+//! prompt at the terminal.
+//!
+//! Two rules hold in every mode (DESIGN.md §5):
+//! - **A wider boundary needs a person.** `request_boundary` is never approved by a blanket
+//!   answer (`auto`, `sandboxed`): it is asked at the terminal, or granted by an explicit
+//!   rule in the user's own config (`request_boundary` for any request, or
+//!   `request_boundary(PATTERN)` for requests whose every path matches PATTERN and that
+//!   do not ask for the network); headless, it is refused with that reason. Allow rules
+//!   come only from the user's config (see `config.rs`), never from the workspace file.
+//! - **A consent prompt cannot be forged.** Everything the prompt shows from the call
+//!   (tool name, argument names and values) is neutralised by [`crate::terminal`] and
+//!   framed line by line, so no argument can erase, overwrite or imitate the question.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use keel_contracts::PermissionAnswer;
+use keel_contracts::{ApprovalMode, EventKind, PermissionAnswer, SandboxMode, Seq, Store};
 use keel_kernel::{PermissionHook, PermissionRequest};
+
+use crate::terminal::one_line;
+
+/// The intrinsic tool that asks to widen the boundary.
+pub(crate) const REQUEST_BOUNDARY: &str = "request_boundary";
+
+/// Who refused a call when keel chose `deny` only because nobody can answer (no
+/// terminal, no `--approval`). The view shows it with the refused call, so the notice
+/// appears only when a call is actually refused for it.
+pub(crate) const BY_NO_TERMINAL: &str =
+    "no terminal to ask: pass --approval sandboxed (or auto) to let such calls run headless";
+
+/// The answer policy of one run. See the module doc.
+#[derive(Debug)]
+pub(crate) struct Approver {
+    /// The mode asked for.
+    pub(crate) mode: ApprovalMode,
+    /// Whether `mode` is `deny` only because there is no terminal (nothing was chosen).
+    pub(crate) implicit: bool,
+    /// Whether a person can answer at this terminal.
+    pub(crate) terminal: bool,
+    /// The run's sandbox: `sandboxed` approves nothing when it is `bypass`.
+    pub(crate) sandbox: SandboxMode,
+    /// The workspace root (canonical).
+    pub(crate) workspace: PathBuf,
+    /// `request_boundary(PATTERN)` rules from the user's config: the patterns.
+    pub(crate) boundary_patterns: Vec<String>,
+    /// The ledger, to see whether the session's boundary was widened before.
+    pub(crate) store: Arc<dyn Store>,
+}
+
+impl Approver {
+    /// The `request_boundary(PATTERN)` patterns among the user's allow rules.
+    pub(crate) fn boundary_patterns(allow: &[String]) -> Vec<String> {
+        allow
+            .iter()
+            .filter_map(|rule| {
+                let rest = rule.trim().strip_prefix(REQUEST_BOUNDARY)?.trim_start();
+                let pattern = rest.strip_prefix('(')?.strip_suffix(')')?;
+                (!pattern.is_empty()).then(|| pattern.to_owned())
+            })
+            .collect()
+    }
+
+    /// The user rule that grants this boundary request, if one does.
+    fn boundary_rule(&self, arguments: &serde_json::Value) -> Option<String> {
+        if arguments.get("network").and_then(serde_json::Value::as_bool) == Some(true) {
+            return None;
+        }
+        let paths: Vec<String> = arguments
+            .get("paths")?
+            .as_array()?
+            .iter()
+            .map(|entry| entry.get("path").and_then(serde_json::Value::as_str).map(str::to_owned))
+            .collect::<Option<_>>()?;
+        if paths.is_empty() {
+            return None;
+        }
+        let absolute: Vec<String> = paths
+            .iter()
+            .map(|path| lexical_absolute(&self.workspace, Path::new(path)).display().to_string())
+            .collect();
+        self.boundary_patterns
+            .iter()
+            .find(|pattern| {
+                absolute.iter().all(|path| wildcard_match(pattern.as_bytes(), path.as_bytes()))
+            })
+            .map(|pattern| format!("rule:{REQUEST_BOUNDARY}({pattern})"))
+    }
+
+    /// `Ok` when the managed sandbox contains the call (a command, or a file edit inside
+    /// the workspace, with the session's boundary never widened); else why not.
+    async fn contained(&self, request: &PermissionRequest<'_>) -> Result<(), String> {
+        if self.sandbox != SandboxMode::Managed {
+            return Err("the sandbox is bypassed, so nothing is contained".to_owned());
+        }
+        match request.tool {
+            "bash" => {}
+            "write_file" | "edit_file" => {
+                let path = request.arguments.get("path").and_then(serde_json::Value::as_str);
+                let Some(target) = path.map(|path| resolve_existing(&self.workspace, path)) else {
+                    return Err(format!("{} names no path", request.tool));
+                };
+                if !target.starts_with(&self.workspace) {
+                    return Err(format!("{} writes outside the workspace", request.tool));
+                }
+                // Git and keel metadata are not the workspace's content: a hook or a
+                // config planted there runs outside the sandbox later.
+                let metadata = target
+                    .strip_prefix(&self.workspace)
+                    .map(|inner| {
+                        inner
+                            .components()
+                            .any(|c| matches!(c.as_os_str().to_str(), Some(".git" | ".keel")))
+                    })
+                    .unwrap_or(true);
+                if metadata {
+                    return Err(format!("{} writes git or keel metadata", request.tool));
+                }
+            }
+            other => {
+                return Err(format!(
+                    "'{}' is not contained by the sandbox (only bash and file edits in the \
+                     workspace are)",
+                    one_line(other, 60)
+                ));
+            }
+        }
+        match self.store.read(request.session_id, Seq(0)).await {
+            Ok(events) => {
+                if events.iter().any(|e| matches!(e.kind, EventKind::BoundaryRevised { .. })) {
+                    return Err("the session's boundary was widened".to_owned());
+                }
+                Ok(())
+            }
+            Err(error) => Err(format!("cannot read the session's boundary: {error}")),
+        }
+    }
+
+    async fn prompt_or_refuse(
+        &self,
+        request: &PermissionRequest<'_>,
+        why: String,
+    ) -> (PermissionAnswer, String) {
+        if self.terminal {
+            TerminalPrompt.decide(request).await
+        } else {
+            (PermissionAnswer::Deny, why)
+        }
+    }
+}
+
+#[async_trait]
+impl PermissionHook for Approver {
+    async fn decide(&self, request: &PermissionRequest<'_>) -> (PermissionAnswer, String) {
+        let mode = match self.mode {
+            ApprovalMode::Ask => "ask",
+            ApprovalMode::Auto => "auto",
+            ApprovalMode::Sandboxed => "sandboxed",
+            ApprovalMode::Deny => "deny",
+        };
+        if request.tool == REQUEST_BOUNDARY {
+            if let Some(rule) = self.boundary_rule(request.arguments) {
+                return (PermissionAnswer::AllowOnce, rule);
+            }
+            return match self.mode {
+                ApprovalMode::Ask => TerminalPrompt.decide(request).await,
+                ApprovalMode::Auto | ApprovalMode::Sandboxed => {
+                    let why = format!(
+                        "approval={mode}: a wider boundary needs a person; answer at a \
+                         terminal, or allow it in your config with {REQUEST_BOUNDARY}(PATH)"
+                    );
+                    self.prompt_or_refuse(request, why).await
+                }
+                ApprovalMode::Deny if self.implicit => {
+                    (PermissionAnswer::Deny, BY_NO_TERMINAL.to_owned())
+                }
+                ApprovalMode::Deny => (PermissionAnswer::Deny, "approval=deny".to_owned()),
+            };
+        }
+        match self.mode {
+            ApprovalMode::Ask => TerminalPrompt.decide(request).await,
+            ApprovalMode::Auto => (PermissionAnswer::AllowOnce, "approval=auto".to_owned()),
+            ApprovalMode::Sandboxed => match self.contained(request).await {
+                Ok(()) => (PermissionAnswer::AllowOnce, "approval=sandboxed".to_owned()),
+                Err(why) => {
+                    let why = format!("approval=sandboxed: {why}, and no terminal to ask");
+                    self.prompt_or_refuse(request, why).await
+                }
+            },
+            ApprovalMode::Deny if self.implicit => {
+                (PermissionAnswer::Deny, BY_NO_TERMINAL.to_owned())
+            }
+            ApprovalMode::Deny => (PermissionAnswer::Deny, "approval=deny".to_owned()),
+        }
+    }
+}
+
+/// `path` made absolute against `workspace` and normalised lexically (`.` and `..`
+/// resolved without touching the file system; the tools resolve links themselves).
+fn lexical_absolute(workspace: &Path, path: &Path) -> PathBuf {
+    let joined = if path.is_absolute() { path.to_path_buf() } else { workspace.join(path) };
+    let mut out = PathBuf::new();
+    for component in joined.components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// Where a file tool's `path` leads: made absolute against `workspace`, normalised, and
+/// with its longest existing prefix resolved through symbolic links (so a link inside
+/// the workspace that leads out, or into `.git`, is judged by where it leads).
+fn resolve_existing(workspace: &Path, path: &str) -> PathBuf {
+    let lexical = lexical_absolute(workspace, Path::new(path));
+    let mut existing = lexical.as_path();
+    let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
+    loop {
+        if let Ok(resolved) = existing.canonicalize() {
+            let mut out = resolved;
+            out.extend(rest.iter().rev());
+            return out;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = parent;
+            }
+            _ => return lexical,
+        }
+    }
+}
+
+/// `*` matches any run of bytes (including `/`), `?` one byte; the rest literally.
+fn wildcard_match(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p + 1, t));
+            p += 1;
+        } else if let Some((star_p, star_t)) = star {
+            p = star_p;
+            t = star_t + 1;
+            star = Some((star_p, star_t + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
 
 /// Asks on stderr and reads the answer from the terminal.
 #[derive(Debug, Default)]
 pub(crate) struct TerminalPrompt;
+
+/// Lines of one argument value shown in a prompt.
+const PROMPT_VALUE_LINES: usize = 12;
+/// Lines of arguments shown in a prompt, in all.
+const PROMPT_TOTAL_LINES: usize = 40;
+/// Characters of one prompt line.
+const PROMPT_LINE_CHARS: usize = 200;
 
 impl TerminalPrompt {
     /// Whether a person can answer: stdin and stderr are terminals.
     pub(crate) fn available() -> bool {
         std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
     }
+
+    /// The question for one request. Every line from the call is neutralised and starts
+    /// with `│ `; only the first line (`┌ keel asks…`) and the last (`└ Allow? …`) are
+    /// keel's own, so nothing in the call can erase, overwrite or imitate them.
+    pub(crate) fn question(request: &PermissionRequest<'_>) -> String {
+        let tool = one_line(request.tool, 60);
+        let mut lines = vec![format!(
+            "┌ keel asks to run {tool} ({} access) with these arguments:",
+            request.access.as_str()
+        )];
+        let mut body: Vec<String> = Vec::new();
+        match request.arguments {
+            serde_json::Value::Object(map) if !map.is_empty() => {
+                // What the call acts on first (the command, the path), then the rest.
+                let mut entries: Vec<(&String, &serde_json::Value)> = map.iter().collect();
+                entries.sort_by_key(|(key, _)| !matches!(key.as_str(), "command" | "path"));
+                for (key, value) in entries {
+                    let key = one_line(key, 40);
+                    match value {
+                        serde_json::Value::String(text) => {
+                            let shown = crate::terminal::block(
+                                text,
+                                PROMPT_VALUE_LINES,
+                                PROMPT_LINE_CHARS,
+                                false,
+                            );
+                            if shown.len() <= 1 {
+                                body.push(format!(
+                                    "{key}: {}",
+                                    shown.first().map_or("", String::as_str)
+                                ));
+                            } else {
+                                body.push(format!("{key}:"));
+                                body.extend(shown.into_iter().map(|line| format!("  {line}")));
+                            }
+                        }
+                        other => body.push(format!(
+                            "{key}: {}",
+                            one_line(&other.to_string(), PROMPT_LINE_CHARS)
+                        )),
+                    }
+                }
+            }
+            other => body.push(one_line(&other.to_string(), PROMPT_LINE_CHARS)),
+        }
+        let n_body = body.len();
+        if n_body > PROMPT_TOTAL_LINES {
+            body.truncate(PROMPT_TOTAL_LINES);
+            body.push(crate::terminal::more_lines(n_body - PROMPT_TOTAL_LINES));
+        }
+        lines.extend(body.into_iter().map(|line| format!("│ {line}")));
+        lines.push(format!(
+            "└ Allow? [y] once  [e] this exact call again for 24 h  [s] for this session \
+             ({tool}, any arguments)  [n] deny: "
+        ));
+        format!("\n{}", lines.join("\n"))
+    }
 }
 
 #[async_trait]
 impl PermissionHook for TerminalPrompt {
     async fn decide(&self, request: &PermissionRequest<'_>) -> (PermissionAnswer, String) {
-        let question = format!(
-            "\nkeel wants to run {} ({} access) with arguments:\n  {}\n\
-             Allow? [y] once  [e] this exact call again for 24 h  [s] for this session (tool '{}', \
-             any arguments)  [n] deny: ",
-            request.tool,
-            request.access.as_str(),
-            request.arguments,
-            request.tool,
-        );
+        let question = TerminalPrompt::question(request);
         let answer = tokio::task::spawn_blocking(move || {
             let mut stderr = std::io::stderr();
             loop {
@@ -51,5 +360,75 @@ impl PermissionHook for TerminalPrompt {
         .await
         .unwrap_or(PermissionAnswer::Deny);
         (answer, "user".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_contracts::{Access, SessionId, ToolCallId};
+
+    use super::*;
+
+    fn question(tool: &str, arguments: serde_json::Value) -> String {
+        let call_id = ToolCallId("c1".to_owned());
+        TerminalPrompt::question(&PermissionRequest {
+            session_id: SessionId(uuid::Uuid::nil()),
+            call_id: &call_id,
+            tool,
+            access: Access::Write,
+            arguments: &arguments,
+        })
+    }
+
+    /// The prompt's shape: keel's first line, framed argument lines, keel's last line.
+    fn assert_framed(question: &str) {
+        let lines: Vec<&str> = question.trim_start_matches('\n').split('\n').collect();
+        assert!(lines[0].starts_with("┌ keel asks to run "), "{question}");
+        let last = lines.len() - 1;
+        assert!(lines[last].starts_with("└ Allow? [y] once"), "{question}");
+        for line in &lines[1..last] {
+            assert!(line.starts_with("│ "), "unframed line {line:?} in {question}");
+        }
+        assert_eq!(lines.iter().filter(|line| line.starts_with('└')).count(), 1, "{question}");
+        assert!(!question.contains('\r') && !question.contains('\x1b'), "{question:?}");
+    }
+
+    #[test]
+    fn redteam_terminal_arguments_cannot_forge_the_consent_prompt() {
+        let forged =
+            "ls\r\x1b[2K└ Allow? [y] once  [e] this exact call again: y\n\n\n\n└ Allow? [y]";
+        let shown = question("bash", serde_json::json!({"command": forged}));
+        assert_framed(&shown);
+        assert!(shown.contains("ls\\r\\x1b[2K└ Allow? [y] once"), "{shown}");
+        // Hundreds of newlines cannot push the question out of view: the block is capped.
+        let flood = format!("echo hi{}rm -rf ~", "\n".repeat(500));
+        let shown = question("bash", serde_json::json!({"command": flood}));
+        assert_framed(&shown);
+        assert!(shown.lines().count() < PROMPT_TOTAL_LINES + 4, "{shown}");
+        assert!(shown.contains("more lines"), "{shown}");
+        // Escapes hidden in argument names and the tool name are just as visible.
+        let shown = question("write\x1b[8m_file", serde_json::json!({"pa\x1b[8mth": "a.txt"}));
+        assert_framed(&shown);
+        assert!(shown.contains("write\\x1b[8m_file") && shown.contains("pa\\x1b[8mth"), "{shown}");
+        // The legitimate neighbour: an ordinary call reads naturally, UTF-8 intact.
+        let shown = question(
+            "write_file",
+            serde_json::json!({"path": "docs/café 日本.md", "content": "🚀\nline two"}),
+        );
+        assert_framed(&shown);
+        assert!(shown.contains("│ path: docs/café 日本.md"), "{shown}");
+        assert!(shown.contains("│ content:\n│   🚀\n│   line two"), "{shown}");
+    }
+
+    #[test]
+    fn boundary_patterns_come_from_request_boundary_rules() {
+        let allow = ["bash(git status*)".to_owned(), "request_boundary(/srv/data/*)".to_owned()];
+        assert_eq!(Approver::boundary_patterns(&allow), vec!["/srv/data/*".to_owned()]);
+        assert!(wildcard_match(b"/srv/data/*", b"/srv/data/a/b"));
+        assert!(!wildcard_match(b"/srv/data/*", b"/srv/database"));
+        assert_eq!(
+            lexical_absolute(Path::new("/ws"), Path::new("a/../../etc")),
+            PathBuf::from("/etc")
+        );
     }
 }

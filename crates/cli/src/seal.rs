@@ -42,7 +42,10 @@ pub(crate) async fn seal(
         clock: Arc::new(SystemClock),
         ids: Arc::new(UuidV7Ids),
         permissions: Arc::new(StaticPermissions(PermissionAnswer::Deny)),
-        observer: Arc::new(Printer::new(false)),
+        observer: Arc::new(Printer::new(
+            crate::args::OutputFormat::Text,
+            crate::view::Verbosity::Normal,
+        )),
         counter: Arc::new(ApproxCounter),
     })?;
     match kernel.seal_session(session_id, &reason).await {

@@ -62,8 +62,13 @@ pub enum SandboxMode {
 pub enum ApprovalMode {
     /// Ask the user at a terminal.
     Ask,
-    /// Allow every request.
+    /// Allow every request, except a wider boundary (`request_boundary`), which needs a
+    /// person or an explicit rule in the user's own config.
     Auto,
+    /// Allow the calls the managed sandbox contains (commands, file edits inside the
+    /// workspace, the boundary never widened); ask for anything else (refuse headless).
+    /// Approves nothing when the sandbox is bypassed.
+    Sandboxed,
     /// Deny every request.
     Deny,
 }

@@ -50,7 +50,7 @@ fn max_steps_suspends_with_exit_3_and_resume_by_prefix_completes() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(stdout(&output).trim(), "a.txt says alpha");
 
-    let log = stdout(&env.run(&["log", prefix]));
+    let log = stdout(&env.run(&["log", prefix, "-v"]));
     assert!(log.contains("run_suspended") && log.contains("run_completed"), "{log}");
     // Nothing left to resume.
     let output = env.run(&["resume", prefix]);

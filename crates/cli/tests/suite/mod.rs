@@ -11,3 +11,5 @@ mod providers_e2e;
 mod redteam_trust;
 mod seal;
 mod support;
+mod terminal_e2e;
+mod terminal_pty;

@@ -44,7 +44,7 @@ fn run_log_sessions_and_resume_use_the_postgres_ledger() {
     let log = keel_on(&env, &database, &["log", &session[..13], "--json"]);
     assert_eq!(log.status.code(), Some(0), "{}", stderr(&log));
     assert_eq!(json_lines(&log), events);
-    let human = stdout(&keel_on(&env, &database, &["log", &session[..8]]));
+    let human = stdout(&keel_on(&env, &database, &["log", &session[..8], "-v"]));
     assert!(human.contains("run_completed"), "{human}");
 
     let listed = stdout(&keel_on(&env, &database, &["sessions", "--json"]));

@@ -24,6 +24,8 @@ impl Env {
             .env("XDG_CONFIG_HOME", self.home.path().join("xdg-config"))
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ANTHROPIC_BASE_URL")
             .stdin(Stdio::null());
         command
     }
