@@ -317,8 +317,12 @@ pub enum EventKind {
         reasoning: Vec<ReasoningPart>,
         /// Proposed tool calls.
         tool_calls: Vec<ToolCall>,
-        /// Reported usage.
+        /// Reported usage, normalised.
         usage: Usage,
+        /// The provider's own usage object(s), exactly as received (see
+        /// [`crate::ModelResponse::raw_usage`]); absent when it reported none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        raw_usage: Option<serde_json::Value>,
         /// Why the model stopped.
         finish_reason: FinishReason,
         /// Cost of this response in USD; `null` when usage or price is unknown.

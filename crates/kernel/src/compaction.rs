@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use keel_contracts::{
     CarriedContext, EventKind, FinishReason, Message, ModelRequest, RequestPurpose, RunId, Seq,
-    TurnId, UsageTotals,
+    ToolChoice, TurnId, UsageTotals,
 };
 
 use crate::context::{self, Window};
@@ -128,7 +128,10 @@ impl Kernel {
                 model: self.deps.model.info().model,
                 system: SUMMARY_SYSTEM.to_owned(),
                 messages,
+                // Tools off. The covered history may hold tool calls; the adapters define
+                // the tools such a history needs (keel-providers' tools-off rule).
                 tools: Vec::new(),
+                tool_choice: ToolChoice::None,
                 responses_in_session: ledger.responses(),
                 purpose: RequestPurpose::Compaction,
             };

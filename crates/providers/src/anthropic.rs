@@ -220,7 +220,7 @@ impl AnthropicMessages {
             return match assembler.apply_event("message", &body)? {
                 transport::Flow::Done => Ok(assembler.finish()),
                 transport::Flow::Continue => Err(self.transport.error(
-                    ModelErrorKind::Stream,
+                    ModelErrorKind::InvalidResponse,
                     None,
                     "json body is neither a message nor an error",
                 )),

@@ -10,7 +10,7 @@
 //! Entry points: [`OpenAiChat::new`] and [`OpenAiResponses::new`] with an [`OpenAiConfig`]
 //! (the Responses API's extra knobs in [`ResponsesOptions`]), [`AnthropicMessages::new`]
 //! with an [`AnthropicConfig`]; retries are set with a [`RetryPolicy`]. A client that
-//! cannot be built says why with a [`BuildError`]. A client that cannot be built says why with a [`BuildError`].
+//! cannot be built says why with a [`BuildError`].
 //!
 //! Invariants of the network clients:
 //! - One error model: every failure (HTTP status, error body, error event inside a 200
@@ -33,6 +33,8 @@ mod arguments;
 mod error;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod failure;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod lenient;
 #[cfg(feature = "openai")]
 mod openai;
 #[cfg(feature = "openai")]
@@ -42,7 +44,11 @@ mod scripted;
 #[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 mod sse;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
+mod tooling;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 mod transport;
+#[cfg(feature = "openai")]
+mod usage;
 
 #[cfg(feature = "anthropic")]
 pub use anthropic::{AnthropicConfig, AnthropicMessages};

@@ -169,7 +169,7 @@ impl OpenAiChat {
                 self.transport.read_body(response, MAX_JSON_BODY_BYTES, Overflow::Fail).await?;
             let completion: ChatCompletion = serde_json::from_slice(&body).map_err(|error| {
                 self.transport.error(
-                    ModelErrorKind::Stream,
+                    ModelErrorKind::InvalidResponse,
                     None,
                     format!("malformed completion body: {error}"),
                 )

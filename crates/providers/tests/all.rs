@@ -17,6 +17,8 @@ mod suite {
     #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod anthropic_retries;
     #[cfg(all(feature = "openai", feature = "anthropic"))]
+    mod corpus;
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod harness;
     #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod recordings;
