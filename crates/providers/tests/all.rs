@@ -30,4 +30,6 @@ mod suite {
     mod retries;
     #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod tool_call_bugs;
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
+    mod tools_off;
 }

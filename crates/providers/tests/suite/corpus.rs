@@ -163,6 +163,31 @@ fn shows_reasoning(row: &Row) -> bool {
     })
 }
 
+/// The provider's usage object(s) of the recording's first response, as sent: the last
+/// `usage` of a Chat Completions stream, `response.usage` of `response.completed`, the
+/// `usage` of Anthropic's `message_start` and last `message_delta`.
+fn raw_usage(row: &Row) -> Value {
+    let events = first_response_events(row);
+    let last = |select: &dyn Fn(&Value) -> Option<Value>| {
+        events.iter().filter_map(select).filter(|usage| !usage.is_null()).next_back()
+    };
+    match row.wire.as_str() {
+        "chat" => last(&|event| event.get("usage").cloned()).unwrap(),
+        "anthropic" => json!({
+            "message_start": last(&|event| {
+                (event["type"] == "message_start").then(|| event["message"]["usage"].clone())
+            }),
+            "message_delta": last(&|event| {
+                (event["type"] == "message_delta").then(|| event["usage"].clone())
+            }),
+        }),
+        _ => last(&|event| {
+            (event["type"] == "response.completed").then(|| event["response"]["usage"].clone())
+        })
+        .unwrap(),
+    }
+}
+
 /// What a row must parse to: `parse` in the manifest's format, plus checks of its own.
 struct Expectation {
     parse: Value,
@@ -502,7 +527,11 @@ fn check(row: &Row, want: &Expectation, outcome: &Outcome) {
             }
             assert_eq!(usage, want_usage, "{file} ({why}): usage");
             if want_usage.as_object().is_some_and(|fields| !fields.is_empty()) {
-                assert!(response.raw_usage.is_some(), "{file}: the provider's usage is kept");
+                assert_eq!(
+                    response.raw_usage.as_ref(),
+                    Some(&raw_usage(row)),
+                    "{file}: the provider's usage is kept as sent"
+                );
             }
             let calls: Vec<Value> = response
                 .tool_calls
