@@ -221,8 +221,10 @@ pub struct ModelResponse {
     /// Reported usage, normalised (see [`Usage`]).
     pub usage: Usage,
     /// The provider's own usage object(s), exactly as received: the JSON `usage` of the
-    /// response, or, for Anthropic, `{"message_start": {...}, "message_delta": {...}}`
-    /// (the two objects the stream reports). `None` when the provider reported none.
+    /// response (Chat Completions: the last chunk's; Responses: `response.usage`), or, for
+    /// Anthropic, `{"message_start": {...}, "message_delta": {...}}`, the `usage` of
+    /// `message_start` and of the last `message_delta` (a whole, unstreamed message's
+    /// `usage` is under `message_delta`). `None` when the provider reported none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_usage: Option<serde_json::Value>,
     /// Why the model stopped.

@@ -169,7 +169,7 @@ fn shows_reasoning(row: &Row) -> bool {
 fn raw_usage(row: &Row) -> Value {
     let events = first_response_events(row);
     let last = |select: &dyn Fn(&Value) -> Option<Value>| {
-        events.iter().filter_map(select).filter(|usage| !usage.is_null()).next_back()
+        events.iter().filter_map(select).rfind(|usage| !usage.is_null())
     };
     match row.wire.as_str() {
         "chat" => last(&|event| event.get("usage").cloned()).unwrap(),
