@@ -564,4 +564,28 @@ mod tests {
         assert_eq!(back, event);
         assert_eq!(back.kind.name(), "tool_result");
     }
+
+    #[test]
+    fn model_response_keeps_raw_usage_and_reads_events_written_before_it() {
+        // An event written before `raw_usage` existed still reads, as "none reported".
+        let old = serde_json::json!({"kind": "model_response", "text": "hi",
+            "tool_calls": [], "usage": {"input_tokens": 3, "output_tokens": 1},
+            "finish_reason": "stop", "cost_usd": null});
+        let kind: EventKind = serde_json::from_value(old).unwrap();
+        assert!(matches!(kind, EventKind::ModelResponse { raw_usage: None, .. }));
+        let raw = serde_json::json!({"prompt_tokens": 3, "completion_tokens": 1,
+            "total_tokens": 4, "completion_tokens_details": {"reasoning_tokens": 0}});
+        let kind = EventKind::ModelResponse {
+            text: "hi".into(),
+            reasoning: Vec::new(),
+            tool_calls: Vec::new(),
+            usage: Usage { input_tokens: Some(3), output_tokens: Some(1), ..Usage::default() },
+            raw_usage: Some(raw.clone()),
+            finish_reason: FinishReason::Stop,
+            cost_usd: None,
+        };
+        let json = serde_json::to_value(&kind).unwrap();
+        assert_eq!(json["raw_usage"], raw);
+        assert_eq!(serde_json::from_value::<EventKind>(json).unwrap(), kind);
+    }
 }

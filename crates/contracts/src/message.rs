@@ -245,3 +245,23 @@ pub enum StreamDelta {
         name: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_choice_defaults_to_auto_and_is_omitted_then() {
+        let request: ModelRequest = serde_json::from_value(serde_json::json!({
+            "model": "m", "system": "", "messages": [], "tools": [], "responses_in_session": 0
+        }))
+        .unwrap();
+        assert_eq!(request.tool_choice, ToolChoice::Auto);
+        let json = serde_json::to_value(&request).unwrap();
+        assert!(json.get("tool_choice").is_none(), "request hashes of tools-on steps unchanged");
+        let off = ModelRequest { tool_choice: ToolChoice::None, ..request };
+        let json = serde_json::to_value(&off).unwrap();
+        assert_eq!(json["tool_choice"], "none");
+        assert_eq!(serde_json::from_value::<ModelRequest>(json).unwrap(), off);
+    }
+}

@@ -713,4 +713,71 @@ mod tests {
         ]);
         assert_eq!(result.unwrap().finish_reason, FinishReason::Length);
     }
+
+    #[test]
+    fn adjacent_text_blocks_are_joined_as_sent() {
+        let (result, deltas) = run(&[
+            start(0, json!({"type": "text", "text": ""})),
+            delta(0, json!({"type": "text_delta", "text": "Opened in 2003."})),
+            stop(0),
+            start(1, json!({"type": "text", "text": ""})),
+            delta(1, json!({"type": "text_delta", "text": " It is big."})),
+            stop(1),
+            start(2, json!({"type": "thinking", "thinking": ""})),
+            delta(2, json!({"type": "thinking_delta", "thinking": "more"})),
+            delta(2, json!({"type": "signature_delta", "signature": "sig"})),
+            stop(2),
+            start(3, json!({"type": "text", "text": ""})),
+            delta(3, json!({"type": "text_delta", "text": "After."})),
+            stop(3),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let response = result.unwrap();
+        assert_eq!(response.text, "Opened in 2003. It is big.\n\nAfter.");
+        let live: String = deltas
+            .iter()
+            .filter_map(|delta| match delta {
+                StreamDelta::Text(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(live, response.text);
+    }
+
+    #[test]
+    fn a_message_start_for_another_message_is_a_spliced_stream() {
+        let start_of = |id: &str| {
+            json!({"type": "message_start", "message": {"id": id,
+                "usage": {"input_tokens": 3, "output_tokens": 1}}})
+        };
+        let (result, _) = run(&[
+            start_of("msg_a"),
+            start(0, json!({"type": "text", "text": ""})),
+            delta(0, json!({"type": "text_delta", "text": "Hel"})),
+            start_of("msg_b"),
+            json!({"type": "message_stop"}),
+        ]);
+        let error = result.unwrap_err();
+        assert_eq!(error.kind, ModelErrorKind::Stream);
+        assert!(error.is_retryable());
+        assert!(error.message.contains("spliced"), "{}", error.message);
+        // The same message announced twice is harmless.
+        let (result, _) = run(&[
+            start_of("msg_a"),
+            start_of("msg_a"),
+            start(0, json!({"type": "text", "text": ""})),
+            delta(0, json!({"type": "text_delta", "text": "Hi."})),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 2}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let response = result.unwrap();
+        assert_eq!(response.text, "Hi.");
+        assert_eq!(
+            response.raw_usage,
+            Some(json!({"message_start": {"input_tokens": 3, "output_tokens": 1},
+                "message_delta": {"output_tokens": 2}}))
+        );
+    }
 }

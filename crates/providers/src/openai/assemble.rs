@@ -784,4 +784,21 @@ mod tests {
         assert_eq!(error.kind, ModelErrorKind::InvalidResponse);
         assert!(!error.is_retryable());
     }
+
+    #[test]
+    fn thinking_content_parts_are_reasoning_in_every_shape() {
+        let on_delta = |_: StreamDelta| {};
+        let mut assembler = Assembler::new(&on_delta, None);
+        for data in [
+            r#"{"choices":[{"delta":{"content":[{"type":"thinking","thinking":[{"type":"text","text":"Plan"}]}]}}]}"#,
+            r#"{"choices":[{"delta":{"content":[{"type":"thinking","thinking":" more."}]}}]}"#,
+            r#"{"choices":[{"delta":{"content":[{"type":"text","text":"4"}]}}]}"#,
+            r#"{"choices":[{"delta":{"content":""},"finish_reason":"stop"}]}"#,
+        ] {
+            assembler.apply_event("message", data).unwrap();
+        }
+        let response = assembler.finish();
+        assert_eq!(response.text, "4");
+        assert_eq!(response.reasoning[0].text, "Plan more.");
+    }
 }
