@@ -175,6 +175,8 @@ fn session(events_wanted: usize, compacted: bool) -> Vec<RuntimeEvent> {
                 raw_usage: None,
                 finish_reason: FinishReason::ToolCalls,
                 cost_usd: None,
+                estimated_usage: None,
+                purpose: keel_contracts::RequestPurpose::Conversation,
             },
         );
         push(

@@ -11,8 +11,8 @@ use keel_contracts::{
     Rule, SandboxMode, Scope, SessionId, Store, SystemClock, UuidV7Ids,
 };
 use keel_kernel::{
-    Cancellation, Instruction, Kernel, KernelDeps, PermissionHook, RunConfig, RunReport,
-    SessionConfig, StaticPermissions, TurnOutcome,
+    Cancellation, Kernel, KernelDeps, PermissionHook, RunConfig, RunReport, SessionConfig,
+    StaticPermissions, TurnOutcome,
 };
 use keel_store::SqliteStore;
 
@@ -34,9 +34,6 @@ pub(crate) mod exit {
     pub(crate) const CANCELLED: u8 = 130;
 }
 
-/// Largest AGENTS.md put into the system prompt, in bytes.
-const MAX_INSTRUCTIONS_BYTES: u64 = 64 * 1024;
-
 pub(crate) async fn main(cli: Cli) -> u8 {
     match dispatch(cli).await {
         Ok(status) => status,
@@ -48,6 +45,9 @@ pub(crate) async fn main(cli: Cli) -> u8 {
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    if let Some(path) = cli.config {
+        config::use_config_file(path);
+    }
     match cli.command {
         Command::Run { task, options } => run(task, options).await,
         Command::Resume { session, task, options } => resume(&session, task, options).await,
@@ -58,6 +58,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             crate::seal::seal(open_store().await?.1, &session, reason).await
         }
         Command::Compact { session, options } => compact(&session, options).await,
+        Command::Trust { dir } => crate::trust::command(dir.as_deref()),
+        Command::Config { options } => crate::config_show::show(&options),
         Command::Mcp { command: McpCommand::List { workspace } } => {
             mcp::list(workspace.as_deref()).await
         }
@@ -278,7 +280,7 @@ fn resolve(
             budget,
             price,
             context: keel_contracts::ContextPolicy::for_window(context_window),
-            instructions: workspace_instructions(workspace)?,
+            instructions: crate::instructions::load(workspace),
             rules,
             cancel_poll: Duration::from_millis(250),
             grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
@@ -291,7 +293,7 @@ fn resolve(
 }
 
 /// `500ms`, `90s`, `10m`, `2h`, or a bare number of seconds.
-fn parse_duration(text: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
@@ -304,20 +306,6 @@ fn parse_duration(text: &str) -> Option<Duration> {
         _ => return None,
     };
     (seconds.is_finite() && seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
-}
-
-fn workspace_instructions(workspace: &Path) -> anyhow::Result<Vec<Instruction>> {
-    let path = workspace.join("AGENTS.md");
-    let file = match std::fs::File::open(&path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(error) => return Err(error).with_context(|| format!("cannot read {}", path.display())),
-    };
-    let mut text = String::new();
-    file.take(MAX_INSTRUCTIONS_BYTES)
-        .read_to_string(&mut text)
-        .with_context(|| format!("{} is not UTF-8 text", path.display()))?;
-    Ok(vec![Instruction { source: "AGENTS.md".into(), text }])
 }
 
 pub(crate) fn canonical_workspace(dir: Option<&Path>) -> anyhow::Result<PathBuf> {
@@ -603,9 +591,14 @@ async fn sessions(json: bool, tree: bool) -> anyhow::Result<u8> {
         match store.read(session.id, keel_contracts::Seq(0)).await {
             Ok(events) => {
                 for event in events {
-                    if let EventKind::ModelResponse { usage: reported, cost_usd, .. } = &event.kind
+                    if let EventKind::ModelResponse {
+                        usage: reported,
+                        estimated_usage,
+                        cost_usd,
+                        ..
+                    } = &event.kind
                     {
-                        usage.add(reported, *cost_usd);
+                        usage.add(reported, estimated_usage.as_ref(), *cost_usd);
                     }
                 }
             }

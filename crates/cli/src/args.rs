@@ -8,6 +8,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "keel", version, about, propagate_version = true)]
 pub(crate) struct Cli {
+    /// Use FILE as your config instead of ~/.config/keel/config.toml and
+    /// $KEEL_HOME/config.toml.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -67,6 +71,17 @@ pub(crate) enum Command {
     Stop {
         /// Session id or unique prefix.
         session: String,
+    },
+    /// Trust this workspace's .keel/config.toml as it is now (by its SHA-256), so its
+    /// model, base_url and MCP servers apply; an edited file is untrusted again.
+    Trust {
+        /// The workspace (default: the current directory).
+        dir: Option<PathBuf>,
+    },
+    /// Print the merged settings and where each came from.
+    Config {
+        #[command(flatten)]
+        options: RunOptions,
     },
     /// MCP servers from config.toml.
     Mcp {

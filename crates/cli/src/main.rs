@@ -15,15 +15,19 @@ macro_rules! outln {
 mod app;
 mod args;
 mod config;
+mod config_show;
 mod failpoints;
+mod instructions;
 mod mcp;
 mod outbox;
 mod output;
 mod permission;
 mod pricing;
 mod provider;
+mod safe_read;
 mod seal;
 mod tokens;
+mod trust;
 
 use std::process::ExitCode;
 

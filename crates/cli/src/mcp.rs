@@ -71,8 +71,11 @@ pub(crate) async fn list(workspace: Option<&Path>) -> anyhow::Result<u8> {
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
     if config.mcp_servers.is_empty() {
         eprintln!(
-            "keel: no MCP servers configured: add [mcp_servers.NAME] to {} or {}",
-            home.join("config.toml").display(),
+            "keel: no MCP servers configured: add [mcp_servers.NAME] to {} (or to {} and \
+             run `keel trust`)",
+            config::user_config_dir()
+                .map_or_else(|| home.join("config.toml"), |dir| dir.join("config.toml"))
+                .display(),
             workspace.join(".keel/config.toml").display()
         );
         return Ok(exit::COMPLETED);

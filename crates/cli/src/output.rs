@@ -215,11 +215,11 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
                 clip(&arguments.to_string(), 200)
             )
         }
-        EventKind::RunCompleted { reason, usage }
-        | EventKind::RunFailed { reason, usage }
-        | EventKind::RunSuspended { reason, usage }
-        | EventKind::RunCancelled { reason, usage }
-        | EventKind::RunDenied { reason, usage } => format!(
+        EventKind::RunCompleted { reason, usage, .. }
+        | EventKind::RunFailed { reason, usage, .. }
+        | EventKind::RunSuspended { reason, usage, .. }
+        | EventKind::RunCancelled { reason, usage, .. }
+        | EventKind::RunDenied { reason, usage, .. } => format!(
             "#{seq} {}: {reason} · {} in / {} out tokens over {} responses · cost {}",
             event.kind.name(),
             usage.input_tokens,

@@ -109,6 +109,16 @@ pub struct Spent {
     pub last_step_elapsed: Duration,
 }
 
+/// The usage a budget and a total count for one response: what the provider reported, with
+/// keel's estimate standing in for each figure it did not report.
+pub fn effective_usage(reported: &Usage, estimated: Option<&Usage>) -> Usage {
+    Usage {
+        input_tokens: reported.input_tokens.or_else(|| estimated.and_then(|e| e.input_tokens)),
+        output_tokens: reported.output_tokens.or_else(|| estimated.and_then(|e| e.output_tokens)),
+        ..*reported
+    }
+}
+
 /// Tokens a response counts against a token ceiling: input, output and reasoning.
 pub fn usage_tokens(usage: &Usage) -> u64 {
     usage.input_tokens.unwrap_or(0)

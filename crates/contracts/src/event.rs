@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Access, AttemptId, Envelope, ExecutionMode, FinishReason, Outcome, ReasoningPart, RunId, Seq,
-    SessionId, ToolCall, ToolCallId, TurnId, Usage,
+    Access, AttemptId, Envelope, ExecutionMode, FinishReason, Outcome, ReasoningPart,
+    RequestPurpose, RunId, Seq, SessionId, ToolCall, ToolCallId, TurnId, Usage,
 };
 
 /// One fact in a session's ledger.
@@ -124,8 +124,13 @@ pub struct UsageTotals {
     pub reasoning_tokens: u64,
     /// Model responses counted.
     pub responses: u64,
-    /// Of those, responses whose usage was not (fully) reported.
+    /// Of those, responses whose usage was not (fully) reported: their missing figures are
+    /// keel's own estimates.
     pub responses_without_usage: u64,
+    /// Of `input_tokens + output_tokens`, the tokens keel estimated because the provider did
+    /// not report them (0 when every figure was reported).
+    #[serde(default)]
+    pub estimated_tokens: u64,
     /// Total cost in USD; `None` (unknown) as soon as one response's cost is unknown.
     #[serde(default)]
     pub cost_usd: Option<f64>,
@@ -148,27 +153,39 @@ impl UsageTotals {
         self.reasoning_tokens += other.reasoning_tokens;
         self.responses += other.responses;
         self.responses_without_usage += other.responses_without_usage;
+        self.estimated_tokens += other.estimated_tokens;
     }
 
-    /// Adds one response's usage and cost (`None`: unknown).
-    pub fn add(&mut self, usage: &Usage, cost_usd: Option<f64>) {
+    /// Tokens these totals count against a token ceiling: input, output and reasoning
+    /// (the sum [`crate::usage_tokens`] takes per response).
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens + self.reasoning_tokens
+    }
+
+    /// Adds one response's usage and cost (`None`: unknown). `estimated` is keel's own count
+    /// for what the provider did not report (`model_response.estimated_usage`): a missing
+    /// input or output figure is taken from it and the response is counted in
+    /// `responses_without_usage` and `estimated_tokens`, so an unreported figure is never
+    /// counted as 0 (DESIGN.md §4).
+    pub fn add(&mut self, usage: &Usage, estimated: Option<&Usage>, cost_usd: Option<f64>) {
         self.cost_usd = match (self.responses, self.cost_usd, cost_usd) {
             (0, _, cost) => cost,
             (_, Some(total), Some(cost)) => Some(total + cost),
             _ => None,
         };
         self.responses += 1;
-        match (usage.input_tokens, usage.output_tokens) {
-            (Some(input), Some(output)) => {
-                self.input_tokens += input;
-                self.output_tokens += output;
-            }
-            (input, output) => {
-                self.input_tokens += input.unwrap_or(0);
-                self.output_tokens += output.unwrap_or(0);
-                self.responses_without_usage += 1;
-            }
+        let guess = |figure: Option<u64>| figure.unwrap_or(0);
+        let input =
+            usage.input_tokens.unwrap_or_else(|| guess(estimated.and_then(|e| e.input_tokens)));
+        let output =
+            usage.output_tokens.unwrap_or_else(|| guess(estimated.and_then(|e| e.output_tokens)));
+        if usage.input_tokens.is_none() || usage.output_tokens.is_none() {
+            self.responses_without_usage += 1;
+            self.estimated_tokens +=
+                usage.input_tokens.map_or(input, |_| 0) + usage.output_tokens.map_or(output, |_| 0);
         }
+        self.input_tokens += input;
+        self.output_tokens += output;
         self.cached_input_tokens += usage.cached_input_tokens.unwrap_or(0);
         self.reasoning_tokens += usage.reasoning_tokens.unwrap_or(0);
     }
@@ -281,6 +298,10 @@ pub enum EventKind {
         /// Tool results shown as stubs (or previews) in this request.
         #[serde(default, skip_serializing_if = "is_zero")]
         pruned_results: u64,
+        /// What the request is for: a conversation step (absent on the wire) or a call keel
+        /// makes for itself, such as a compaction summary. Every model call is recorded.
+        #[serde(default, skip_serializing_if = "RequestPurpose::is_conversation")]
+        purpose: RequestPurpose,
     },
     /// A prefix of the projection was folded into a summary (DESIGN.md §7). The ledger keeps
     /// every covered event; only the projection changes.
@@ -325,9 +346,20 @@ pub enum EventKind {
         raw_usage: Option<serde_json::Value>,
         /// Why the model stopped.
         finish_reason: FinishReason,
-        /// Cost of this response in USD; `null` when usage or price is unknown.
+        /// Cost of this response in USD; `null` when the price is unknown. Computed from
+        /// `usage`, with `estimated_usage` standing in for what the provider did not report
+        /// (so then it is an estimate too).
         #[serde(default)]
         cost_usd: Option<f64>,
+        /// keel's own count (its tokenizer) of what the provider did not report: present
+        /// only when `usage` lacks input or output tokens (DESIGN.md §4, "unknown is not
+        /// zero"). Budgets and totals use it in place of the missing figures.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        estimated_usage: Option<Usage>,
+        /// What the request was for; absent on the wire for a conversation step. Only
+        /// conversation responses are part of the projected history.
+        #[serde(default, skip_serializing_if = "RequestPurpose::is_conversation")]
+        purpose: RequestPurpose,
     },
     /// A budget ceiling was reached or is one step away (DESIGN.md §4).
     BudgetExhausted {
@@ -440,6 +472,14 @@ pub enum EventKind {
         reason: String,
         /// Usage totals for the run.
         usage: UsageTotals,
+        /// The run's final text for a script to read: the answer of a completed run, the
+        /// report of a suspended one; absent when there is none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+        /// Wall-clock time from `run_started` to this event, in milliseconds; absent in
+        /// ledgers written before keel recorded it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
     },
     /// The run ended in failure.
     RunFailed {
@@ -447,6 +487,14 @@ pub enum EventKind {
         reason: String,
         /// Usage totals for the run.
         usage: UsageTotals,
+        /// The run's final text for a script to read: the answer of a completed run, the
+        /// report of a suspended one; absent when there is none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+        /// Wall-clock time from `run_started` to this event, in milliseconds; absent in
+        /// ledgers written before keel recorded it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
     },
     /// The run stopped early and can be resumed (budget, step ceiling, waiting).
     RunSuspended {
@@ -454,6 +502,14 @@ pub enum EventKind {
         reason: String,
         /// Usage totals for the run.
         usage: UsageTotals,
+        /// The run's final text for a script to read: the answer of a completed run, the
+        /// report of a suspended one; absent when there is none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+        /// Wall-clock time from `run_started` to this event, in milliseconds; absent in
+        /// ledgers written before keel recorded it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
     },
     /// A permission denial finalized the turn (a refused `request_boundary`): the agent
     /// must not retry wider.
@@ -462,6 +518,14 @@ pub enum EventKind {
         reason: String,
         /// Usage totals for the run.
         usage: UsageTotals,
+        /// The run's final text for a script to read: the answer of a completed run, the
+        /// report of a suspended one; absent when there is none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+        /// Wall-clock time from `run_started` to this event, in milliseconds; absent in
+        /// ledgers written before keel recorded it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
     },
     /// The run was cancelled; every open call was answered `cancelled`.
     RunCancelled {
@@ -469,6 +533,14 @@ pub enum EventKind {
         reason: String,
         /// Usage totals for the run.
         usage: UsageTotals,
+        /// The run's final text for a script to read: the answer of a completed run, the
+        /// report of a suspended one; absent when there is none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+        /// Wall-clock time from `run_started` to this event, in milliseconds; absent in
+        /// ledgers written before keel recorded it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
     },
 }
 
@@ -500,6 +572,12 @@ impl EventKind {
             EventKind::RunDenied { .. } => "run_denied",
             EventKind::BoundaryRevised { .. } => "boundary_revised",
         }
+    }
+
+    /// Whether this is a `model_response` of a conversation step (part of the history the
+    /// projection builds), not one of keel's own calls such as a compaction summary.
+    pub fn is_conversation_response(&self) -> bool {
+        matches!(self, EventKind::ModelResponse { purpose: RequestPurpose::Conversation, .. })
     }
 
     /// Whether this kind ends a run.
@@ -583,6 +661,8 @@ mod tests {
             raw_usage: Some(raw.clone()),
             finish_reason: FinishReason::Stop,
             cost_usd: None,
+            estimated_usage: None,
+            purpose: crate::RequestPurpose::Conversation,
         };
         let json = serde_json::to_value(&kind).unwrap();
         assert_eq!(json["raw_usage"], raw);

@@ -32,7 +32,7 @@ mod rules;
 mod store;
 mod tool;
 
-pub use budget::{Budget, BudgetVerdict, Spent, check_budget, usage_tokens};
+pub use budget::{Budget, BudgetVerdict, Spent, check_budget, effective_usage, usage_tokens};
 pub use children::{REFUSAL_CHILD_TOOLS, child_allowance};
 pub use clock::{Clock, IdGen, SystemClock, UuidV7Ids};
 pub use context::{

@@ -208,6 +208,13 @@ pub enum RequestPurpose {
     Compaction,
 }
 
+impl RequestPurpose {
+    /// Whether this is [`RequestPurpose::Conversation`] (the default, left off the wire).
+    pub fn is_conversation(&self) -> bool {
+        matches!(self, RequestPurpose::Conversation)
+    }
+}
+
 /// A whole model response, assembled from the stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelResponse {

@@ -1,12 +1,14 @@
 //! Checkpoints: what a run that stopped early leaves for whoever resumes it.
 
-use keel_contracts::{EventKind, Evidence, RunId, RuntimeEvent};
+use keel_contracts::{EventKind, Evidence, RequestPurpose, RunId, RuntimeEvent};
 
 /// The run's tool results, as evidence for a checkpoint.
 pub(crate) fn checkpoint_evidence(events: &[RuntimeEvent], run_id: RunId) -> Vec<Evidence> {
     let arguments_of = |call_id: &keel_contracts::ToolCallId| {
         events.iter().find_map(|event| match &event.kind {
-            EventKind::ModelResponse { tool_calls, .. } => tool_calls
+            EventKind::ModelResponse {
+                tool_calls, purpose: RequestPurpose::Conversation, ..
+            } => tool_calls
                 .iter()
                 .find(|call| &call.call_id == call_id)
                 .map(|call| call.arguments.to_string()),

@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use keel_contracts::{
-    Access, Budget, Effects, EventKind, Lineage, Outcome, REFUSAL_CHILD_TOOLS, RunId, Seq,
-    SessionId, Tool, ToolCallId, ToolContext, ToolOutput, ToolSpec, TurnId, UsageTotals,
-    child_allowance,
+    Access, Budget, Effects, EventKind, Lineage, Outcome, REFUSAL_CHILD_TOOLS, RequestPurpose,
+    RunId, Seq, SessionId, Tool, ToolCallId, ToolContext, ToolOutput, ToolSpec, TurnId,
+    UsageTotals, child_allowance,
 };
 use serde::Deserialize;
 
@@ -283,10 +283,13 @@ impl crate::Kernel {
             Err(message) => return Ok(AgentAnswer::text(Outcome::Error, message)),
         };
         let events = self.deps.store.read(child, Seq(0)).await?;
-        let last_text = events.iter().rev().find_map(|event| match &event.kind {
-            EventKind::ModelResponse { text, .. } if !text.is_empty() => Some(text.clone()),
-            _ => None,
-        });
+        let last_text =
+            events.iter().rev().find_map(|event| match &event.kind {
+                EventKind::ModelResponse {
+                    text, purpose: RequestPurpose::Conversation, ..
+                } if !text.is_empty() => Some(text.clone()),
+                _ => None,
+            });
         let terminal =
             events.iter().rev().find(|event| event.kind.is_run_terminal()).map(|e| e.kind.name());
         let text = last_text.unwrap_or_default();

@@ -34,6 +34,15 @@ pub const SUMMARY_REQUEST: &str = "[keel] Summarise the conversation above (and 
 so far, if one was given) for your own continuation. The user's inputs, your plan and the \
 files touched are carried forward separately and verbatim; focus on what happened.";
 
+/// Who asks for a summary: the identities its events carry, the step it happens in (0
+/// outside a run, for `keel compact`) and the price its usage is charged at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SummaryCall<'a> {
+    pub(crate) ids: (Option<TurnId>, Option<RunId>),
+    pub(crate) step: u32,
+    pub(crate) price: Option<&'a keel_contracts::Price>,
+}
+
 /// How compaction went.
 #[derive(Debug)]
 pub(crate) enum Compacted {
@@ -45,15 +54,19 @@ pub(crate) enum Compacted {
 
 impl Kernel {
     /// Compacts the session's projection: everything before the most recent exchanges that
-    /// fit in `room` tokens is summarised. Returns what the summary requests spent.
+    /// fit in `room` tokens is summarised. Every summary request is recorded as
+    /// `model_requested`/`model_response` with purpose `compaction`, costed with `price`
+    /// (DESIGN.md §4: every model call keel makes is a ledger fact and is charged). Returns
+    /// what the summary requests spent.
     pub(crate) async fn compact(
         &self,
         ledger: &mut Ledger,
-        ids: (Option<TurnId>, Option<RunId>),
+        call: SummaryCall<'_>,
         window: &Window<'_>,
         room: u64,
         cancel: &Cancellation,
     ) -> Result<(Compacted, UsageTotals)> {
+        let ids = call.ids;
         let mut spent = UsageTotals::default();
         let mut verified = BTreeMap::new();
         let inline = window.policy.inline_limit_bytes;
@@ -142,13 +155,60 @@ impl Kernel {
                     return Ok((Compacted::Not, spent));
                 }
                 attempts += 1;
+                let request_tokens = window.counter.count(SUMMARY_SYSTEM)
+                    + keel_contracts::estimate_messages_tokens(&request.messages, window.counter);
+                ledger
+                    .append(
+                        ids.0,
+                        ids.1,
+                        EventKind::ModelRequested {
+                            step: call.step,
+                            messages: request.messages.len() as u64,
+                            request_sha256: keel_contracts::sha256_hex(
+                                serde_json::to_string(&request).unwrap_or_default().as_bytes(),
+                            ),
+                            tokens: Some(request_tokens),
+                            tokens_before_pruning: None,
+                            pruned_results: 0,
+                            purpose: RequestPurpose::Compaction,
+                        },
+                    )
+                    .await?;
                 let response = tokio::select! {
                     response = self.deps.model.complete(&request, &|_| {}) => response,
                     () = cancel.cancelled() => return Ok((Compacted::Not, spent)),
                 };
                 match response {
                     Ok(response) => {
-                        spent.add(&response.usage, None);
+                        let estimated_usage = crate::kernel::estimate_unreported(
+                            &response,
+                            request_tokens,
+                            window.counter,
+                        );
+                        let charged = keel_contracts::effective_usage(
+                            &response.usage,
+                            estimated_usage.as_ref(),
+                        );
+                        let cost =
+                            call.price.and_then(|price| keel_contracts::cost_usd(&charged, price));
+                        spent.add(&response.usage, estimated_usage.as_ref(), cost);
+                        ledger
+                            .append(
+                                ids.0,
+                                ids.1,
+                                EventKind::ModelResponse {
+                                    text: response.text.clone(),
+                                    reasoning: response.reasoning.clone(),
+                                    tool_calls: response.tool_calls.clone(),
+                                    usage: response.usage,
+                                    raw_usage: response.raw_usage.clone(),
+                                    finish_reason: response.finish_reason.clone(),
+                                    cost_usd: cost,
+                                    estimated_usage,
+                                    purpose: RequestPurpose::Compaction,
+                                },
+                            )
+                            .await?;
                         if response.text.trim().is_empty() {
                             last_problem = "the summary was empty".into();
                         } else if !response.tool_calls.is_empty() {
@@ -274,7 +334,8 @@ impl Kernel {
             scale: 1.0,
         };
         let room = current.saturating_sub(fixed_tokens) / 2;
-        let (compacted, _) = self.compact(&mut ledger, (None, None), &window, room, cancel).await?;
+        let call = SummaryCall { ids: (None, None), step: 0, price: config.price.as_ref() };
+        let (compacted, _) = self.compact(&mut ledger, call, &window, room, cancel).await?;
         self.drop_lease(&mut ledger).await;
         Ok(match compacted {
             Compacted::Done => ledger.events.last().and_then(|event| match &event.kind {
@@ -331,14 +392,6 @@ pub fn drop_oldest(
     let note = context::carried_note(&carried, None, Seq(1), covers_to);
     let mut kept =
         vec![Entry { message: Message::User { text: note }, seq: covers_to, full_bytes: 0 }];
-    for entry in entries.into_iter().skip(cut) {
-        match (kept.last_mut().map(|e| &mut e.message), &entry.message) {
-            (Some(Message::User { text }), Message::User { text: more }) => {
-                text.push_str("\n\n");
-                text.push_str(more);
-            }
-            _ => kept.push(entry),
-        }
-    }
+    kept.extend(entries.into_iter().skip(cut));
     context::fit(kept, window)
 }

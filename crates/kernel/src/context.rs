@@ -14,8 +14,8 @@
 use std::collections::BTreeMap;
 
 use keel_contracts::{
-    CarriedContext, ContextPolicy, EventKind, Message, RuntimeEvent, Seq, TokenCounter,
-    estimate_message_tokens, sha256_hex,
+    CarriedContext, ContextPolicy, EventKind, Message, RequestPurpose, RuntimeEvent, Seq,
+    TokenCounter, estimate_message_tokens, sha256_hex,
 };
 
 use crate::projection::{self, Entry};
@@ -108,17 +108,31 @@ pub fn digest_of(events: &[RuntimeEvent]) -> String {
     sha256_hex(text.as_bytes())
 }
 
+/// How every carried note begins; [`place_carried_note`] finds the note by it.
+pub const CARRIED_NOTE_OPENING: &str = "[keel] The earlier conversation (ledger events #";
+
+/// The user-role message that stands first when a carried note moved to the system prompt
+/// and the retained conversation does not begin with the user's own input.
+pub const CONTINUE_NOTE: &str =
+    "[keel] Continue from the context keel carried in the system prompt.";
+
+/// The heading a carried note gets in the system prompt.
+pub const CARRIED_NOTE_HEADING: &str =
+    "# Context kept by keel (keel's own note, not the user's words)";
+
 /// The note that opens a compacted projection: carried context verbatim, then the summary
-/// (absent when the history was dropped without one).
+/// (absent when the history was dropped without one). It is an entry of the projection, so
+/// it is fitted and counted with the rest; a request carries it in its system prompt
+/// ([`place_carried_note`]).
 pub fn carried_note(carried: &CarriedContext, summary: Option<&str>, from: Seq, to: Seq) -> String {
     let mut text = match summary {
         Some(_) => format!(
-            "[keel] The earlier conversation (ledger events #{from}–#{to}) was compacted to fit the \
-             context window. Carried forward verbatim:\n"
+            "{CARRIED_NOTE_OPENING}{from}–#{to}) was compacted to fit the context window. \
+             Carried forward verbatim:\n"
         ),
         None => format!(
-            "[keel] The earlier conversation (ledger events #{from}–#{to}) was dropped to fit the \
-             context window; no summary could be made. Carried forward verbatim:\n"
+            "{CARRIED_NOTE_OPENING}{from}–#{to}) was dropped to fit the context window; no \
+             summary could be made. Carried forward verbatim:\n"
         ),
     };
     text.push_str("\n## The user's task and instructions, in order\n");
@@ -140,6 +154,38 @@ pub fn carried_note(carried: &CarriedContext, summary: Option<&str>, from: Seq, 
     text
 }
 
+/// What [`place_carried_note`] can add to a request beyond the note's own tokens, in
+/// tokens: the heading and separator in the system prompt, and [`CONTINUE_NOTE`] as a
+/// message.
+pub fn carried_note_overhead(counter: &dyn TokenCounter) -> u64 {
+    counter.count(CARRIED_NOTE_HEADING)
+        + counter.count("\n\n\n\n")
+        + counter.count(CONTINUE_NOTE)
+        + keel_contracts::MESSAGE_OVERHEAD_TOKENS
+}
+
+/// Moves a carried note that opens `messages` into the system prompt (DESIGN.md §7; issue
+/// #12: a summary is keel's note, never a message in the user's name): the note is appended
+/// under [`CARRIED_NOTE_HEADING`], and when the conversation left does not begin with a
+/// user message, [`CONTINUE_NOTE`] stands first so every wire API gets a user turn first.
+/// Requests without a note are returned unchanged.
+pub fn place_carried_note(system: &str, mut messages: Vec<Message>) -> (String, Vec<Message>) {
+    let opens_with_note = matches!(
+        messages.first(),
+        Some(Message::User { text }) if text.starts_with(CARRIED_NOTE_OPENING)
+    );
+    if !opens_with_note {
+        return (system.to_owned(), messages);
+    }
+    let Message::User { text: note } = messages.remove(0) else {
+        unreachable!("the first message was just matched as a user message")
+    };
+    if !matches!(messages.first(), Some(Message::User { .. })) {
+        messages.insert(0, Message::User { text: CONTINUE_NOTE.to_owned() });
+    }
+    (format!("{system}\n\n{CARRIED_NOTE_HEADING}\n\n{note}"), messages)
+}
+
 /// Extends `carried` with what `events` add: user inputs, the latest plan, files named.
 pub fn carry<'e>(
     mut carried: CarriedContext,
@@ -148,7 +194,9 @@ pub fn carry<'e>(
     for event in events {
         match &event.kind {
             EventKind::TurnStarted { input } => carried.inputs.push(input.clone()),
-            EventKind::ModelResponse { tool_calls, .. } => {
+            EventKind::ModelResponse {
+                tool_calls, purpose: RequestPurpose::Conversation, ..
+            } => {
                 for call in tool_calls {
                     if matches!(call.name.as_str(), "todo" | "plan") {
                         carried.plan = call.arguments.get("items").cloned();
@@ -187,18 +235,9 @@ pub fn retained_entries(
                 seq: *covers_to,
                 full_bytes: 0,
             }];
-            let rest = projection::entries(&events[start..], Some(inline_limit));
-            // A rest that starts with user input merges into the note, so roles alternate.
-            for entry in rest {
-                let merge = entries.len() == 1;
-                match (entries.last_mut().map(|e| &mut e.message), &entry.message) {
-                    (Some(Message::User { text }), Message::User { text: more }) if merge => {
-                        text.push_str("\n\n");
-                        text.push_str(more);
-                    }
-                    _ => entries.push(entry),
-                }
-            }
+            // The user's own input after the note stays its own message, verbatim: the note
+            // moves to the system prompt when the request is built.
+            entries.extend(projection::entries(&events[start..], Some(inline_limit)));
             entries
         }
         None => projection::entries(events, Some(inline_limit)),

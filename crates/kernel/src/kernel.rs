@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use keel_contracts::{
     BudgetVerdict, EventKind, FinishReason, ModelRequest, RequestPurpose, RunId, SessionId, Spent,
-    StreamDelta, Tool, ToolChoice, TurnId, UsageTotals, check_budget, cost_usd, sha256_hex,
-    usage_tokens,
+    StreamDelta, Tool, ToolChoice, TurnId, UsageTotals, check_budget, cost_usd, effective_usage,
+    sha256_hex, usage_tokens,
 };
 
 use crate::compaction::{self, Compacted};
@@ -213,6 +213,7 @@ impl Kernel {
         let mut ledger = self.load(session_id).await?;
         self.take_lease(&mut ledger).await?;
         recovery::close_dangling_run(&mut ledger, self.outbox.as_ref()).await?;
+        recovery::cancel_awaiting(&mut ledger).await?;
         let turn_id = self.deps.ids.turn_id();
         ledger
             .append(Some(turn_id), None, EventKind::TurnStarted { input: input.to_owned() })
@@ -379,10 +380,28 @@ impl Kernel {
                 revision: boundary_revision,
             },
         );
+        calls.seed_failures(&ledger.events, turn_id);
+        // Calls a dead run left waiting for consent are asked again, in order, before the
+        // model sees anything (DESIGN.md §6: a pending permission request survives a crash).
+        let (awaiting_turn, _, awaiting) = recovery::awaiting_calls(&ledger.events);
+        let mut denied_before_start = None;
+        if awaiting_turn == Some(turn_id) {
+            for call in &awaiting {
+                if cancel.is_cancelled() || denied_before_start.is_some() {
+                    calls.answer_cancelled(&mut ledger, turn_id, run_id, call).await?;
+                } else {
+                    calls.settle(&mut ledger, turn_id, run_id, call, cancel).await?;
+                    denied_before_start = calls.take_denial();
+                }
+            }
+        }
         // The system prompt and the tool definitions are fixed for the run: count them once,
         // not on every step.
         let definitions = self.registry.definitions();
-        let system_tokens = self.deps.counter.count(&system);
+        // Room for a carried note's move to the system prompt (its heading, and the user-role
+        // line that may then stand first): reserved on every step, a few dozen tokens.
+        let system_tokens = self.deps.counter.count(&system)
+            + context::carried_note_overhead(self.deps.counter.as_ref());
         let definitions_tokens =
             self.deps.counter.count(&serde_json::to_string(&definitions).unwrap_or_default());
         let mut spent = Spent::default();
@@ -394,7 +413,11 @@ impl Kernel {
             .events
             .iter()
             .filter_map(|event| match &event.kind {
-                EventKind::ModelResponse { tool_calls, .. } => Some(tool_calls),
+                EventKind::ModelResponse {
+                    tool_calls,
+                    purpose: RequestPurpose::Conversation,
+                    ..
+                } => Some(tool_calls),
                 _ => None,
             })
             .flatten()
@@ -403,6 +426,9 @@ impl Kernel {
         let mut step: u32 = 0;
         let mut last_step: Option<String> = None;
         let outcome = loop {
+            if let Some(reason) = denied_before_start.take() {
+                break TurnOutcome::Denied { reason };
+            }
             if cancel.is_cancelled() {
                 break TurnOutcome::Cancelled { reason: "cancelled by the user".into() };
             }
@@ -461,9 +487,17 @@ impl Kernel {
             );
             if fitted.over_budget {
                 let room = config.context.budget().unwrap_or(0).saturating_sub(fixed_tokens) / 2;
+                let call = compaction::SummaryCall {
+                    ids: (turn, run),
+                    step,
+                    price: config.price.as_ref(),
+                };
                 let (compacted, summary_spend) =
-                    self.compact(&mut ledger, (turn, run), &window, room, cancel).await?;
+                    self.compact(&mut ledger, call, &window, room, cancel).await?;
                 usage.absorb(&summary_spend);
+                // Summaries are model calls like any other: they count against the budgets.
+                spent.tokens += summary_spend.tokens();
+                spent.cost_usd += summary_spend.cost_usd.unwrap_or(0.0);
                 if matches!(compacted, Compacted::Done) {
                     fitted = context::fit(
                         context::retained_entries(
@@ -488,10 +522,11 @@ impl Kernel {
                     };
                 }
             }
+            let (system, messages) = context::place_carried_note(&system, fitted.messages);
             let request = ModelRequest {
                 model: info.model.clone(),
-                system: system.clone(),
-                messages: fitted.messages,
+                system,
+                messages,
                 tools,
                 tool_choice,
                 responses_in_session: ledger.responses(),
@@ -510,6 +545,7 @@ impl Kernel {
                         tokens: Some(fitted.tokens),
                         tokens_before_pruning: fitted.tokens_before_pruning,
                         pruned_results: fitted.pruned_results,
+                        purpose: RequestPurpose::Conversation,
                     },
                 )
                 .await?;
@@ -542,10 +578,15 @@ impl Kernel {
                     token_scale = ratio.min(4.0);
                 }
             }
-            let cost = config.price.as_ref().and_then(|price| cost_usd(&response.usage, price));
-            usage.add(&response.usage, cost);
+            // Unknown is not zero (DESIGN.md §4): what the provider did not report is counted
+            // with keel's own tokenizer, recorded as such, and charged like reported usage.
+            let estimated_usage =
+                estimate_unreported(&response, estimated_tokens, self.deps.counter.as_ref());
+            let charged = effective_usage(&response.usage, estimated_usage.as_ref());
+            let cost = config.price.as_ref().and_then(|price| cost_usd(&charged, price));
+            usage.add(&response.usage, estimated_usage.as_ref(), cost);
             spent.steps = step;
-            spent.last_step_tokens = usage_tokens(&response.usage);
+            spent.last_step_tokens = usage_tokens(&charged);
             spent.tokens += spent.last_step_tokens;
             spent.last_step_cost_usd = cost.unwrap_or(0.0);
             spent.cost_usd += spent.last_step_cost_usd;
@@ -578,6 +619,8 @@ impl Kernel {
                         raw_usage: response.raw_usage,
                         finish_reason: response.finish_reason,
                         cost_usd: cost,
+                        estimated_usage,
+                        purpose: RequestPurpose::Conversation,
                     },
                 )
                 .await?;
@@ -629,8 +672,7 @@ impl Kernel {
             // What children spent counts against this run.
             let child_spent = calls.take_child_spent();
             usage.absorb(&child_spent);
-            spent.tokens +=
-                child_spent.input_tokens + child_spent.output_tokens + child_spent.reasoning_tokens;
+            spent.tokens += child_spent.tokens();
             spent.cost_usd += child_spent.cost_usd.unwrap_or(0.0);
             if let Some(reason) = denied {
                 break TurnOutcome::Denied { reason };
@@ -665,22 +707,29 @@ impl Kernel {
                 )
                 .await?;
         }
+        // What a script reading only the last line needs: the answer, the time, the usage.
+        let duration_ms = Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
         let kind = match &outcome {
-            TurnOutcome::Completed { .. } => EventKind::RunCompleted {
+            TurnOutcome::Completed { text } => EventKind::RunCompleted {
                 reason: "the model answered without tool calls".into(),
                 usage,
+                answer: Some(text.clone()),
+                duration_ms,
             },
             TurnOutcome::Failed { reason } => {
-                EventKind::RunFailed { reason: reason.clone(), usage }
+                EventKind::RunFailed { reason: reason.clone(), usage, answer: None, duration_ms }
             }
-            TurnOutcome::Suspended { reason, .. } => {
-                EventKind::RunSuspended { reason: reason.clone(), usage }
-            }
+            TurnOutcome::Suspended { reason, report } => EventKind::RunSuspended {
+                reason: reason.clone(),
+                usage,
+                answer: (!report.is_empty()).then(|| report.clone()),
+                duration_ms,
+            },
             TurnOutcome::Cancelled { reason } => {
-                EventKind::RunCancelled { reason: reason.clone(), usage }
+                EventKind::RunCancelled { reason: reason.clone(), usage, answer: None, duration_ms }
             }
             TurnOutcome::Denied { reason } => {
-                EventKind::RunDenied { reason: reason.clone(), usage }
+                EventKind::RunDenied { reason: reason.clone(), usage, answer: None, duration_ms }
             }
         };
         // Every terminal-event path lets the outbox catch up first (bounded).
@@ -693,6 +742,35 @@ impl Kernel {
         self.drop_lease(&mut ledger).await;
         Ok(RunReport { session_id: ledger.session_id, turn_id, run_id, outcome, usage })
     }
+}
+
+/// keel's own count of the figures a response's usage lacks: the request's estimated size
+/// for input, the response's text, reasoning and tool calls for output. `None` when the
+/// provider reported both.
+pub(crate) fn estimate_unreported(
+    response: &keel_contracts::ModelResponse,
+    request_tokens: u64,
+    counter: &dyn keel_contracts::TokenCounter,
+) -> Option<keel_contracts::Usage> {
+    let reported = &response.usage;
+    if reported.input_tokens.is_some() && reported.output_tokens.is_some() {
+        return None;
+    }
+    let output = || {
+        let calls: u64 = response
+            .tool_calls
+            .iter()
+            .map(|call| counter.count(&call.name) + counter.count(&call.arguments.to_string()))
+            .sum();
+        let reasoning: u64 = response.reasoning.iter().map(|part| counter.count(&part.text)).sum();
+        counter.count(&response.text) + calls + reasoning
+    };
+    Some(keel_contracts::Usage {
+        input_tokens: reported.input_tokens.is_none().then_some(request_tokens),
+        output_tokens: reported.output_tokens.is_none().then(output),
+        cached_input_tokens: None,
+        reasoning_tokens: None,
+    })
 }
 
 /// A label unique to this kernel instance in this process (hosts set their own with

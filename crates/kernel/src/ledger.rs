@@ -75,7 +75,7 @@ impl Ledger {
             None => self.store.append(std::slice::from_ref(&event)).await?,
         }
         self.observer.on_event(&event);
-        if matches!(event.kind, EventKind::ModelResponse { .. }) {
+        if event.kind.is_conversation_response() {
             self.responses += 1;
         }
         self.events.push(event);

@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use keel_contracts::{EventKind, Message, Outcome, RuntimeEvent, Seq, ToolCall, ToolCallId};
+use keel_contracts::{
+    EventKind, Message, Outcome, RequestPurpose, RuntimeEvent, Seq, ToolCall, ToolCallId,
+};
 
 /// Text of a synthetic result for a call that has no recorded result.
 pub const UNANSWERED_CALL_TEXT: &str =
@@ -55,7 +57,13 @@ pub fn entries(events: &[RuntimeEvent], inline_limit: Option<usize>) -> Vec<Entr
                 flush(&mut out, &mut pending);
                 push_user(&mut out, input, event.seq);
             }
-            EventKind::ModelResponse { text, reasoning, tool_calls, .. } => {
+            EventKind::ModelResponse {
+                text,
+                reasoning,
+                tool_calls,
+                purpose: RequestPurpose::Conversation,
+                ..
+            } => {
                 flush(&mut out, &mut pending);
                 out.push(Entry {
                     message: Message::Assistant {
@@ -104,6 +112,8 @@ pub fn entries(events: &[RuntimeEvent], inline_limit: Option<usize>) -> Vec<Entr
                 push_user(&mut out, RESUME_NOTE, event.seq);
             }
             EventKind::BudgetExhausted { report_requested: false, .. }
+            // keel's own calls (compaction summaries) are recorded, never part of history.
+            | EventKind::ModelResponse { purpose: RequestPurpose::Compaction, .. }
             | EventKind::Checkpoint { .. }
             | EventKind::Compaction { .. }
             | EventKind::CompactionFailed { .. }
@@ -257,8 +267,8 @@ pub fn check_pairing(messages: &[Message]) -> Result<(), String> {
     }
 }
 
-/// The number of model responses recorded in a session: the scripted model's position.
+/// The number of conversation responses recorded in a session (keel's own calls, such as
+/// compaction summaries, are not counted): the scripted model's position.
 pub fn responses_in_session(events: &[RuntimeEvent]) -> u64 {
-    events.iter().filter(|event| matches!(event.kind, EventKind::ModelResponse { .. })).count()
-        as u64
+    events.iter().filter(|event| event.kind.is_conversation_response()).count() as u64
 }

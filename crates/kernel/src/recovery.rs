@@ -3,6 +3,11 @@
 //! Every call of the interrupted run is classified from the ledger alone: answered
 //! (nothing to do), not dispatched (no `tool_attempt_prepared`: answered `cancelled`), or
 //! indeterminate (prepared, no result: answered `indeterminate` and never replayed).
+//!
+//! A permission request is a ledger fact too (DESIGN.md §6): when the run died while a
+//! call waited for consent, that call and the ones after it are left open, and the run that
+//! resumes the turn asks again ([`awaiting_calls`]); a new turn answers them `cancelled`
+//! ([`cancel_awaiting`]). They are never silently cancelled by the crash itself.
 
 use keel_contracts::{EventKind, Outcome, RunId, TurnId, UsageTotals};
 
@@ -15,6 +20,9 @@ its effect is unknown. Inspect the current state before you retry it.";
 /// Result text for a call that was never dispatched.
 pub const NOT_DISPATCHED_TEXT: &str =
     "cancelled: keel stopped before this call was executed; it did not run";
+/// Result text for a call that waited for consent when a new turn began instead.
+pub const NEW_TURN_TEXT: &str = "cancelled: a new turn began before this call's permission request was answered; it did \
+not run";
 /// Reason recorded on a run closed by recovery.
 pub const INTERRUPTED_REASON: &str =
     "interrupted: the process driving this run stopped before the run finished";
@@ -37,10 +45,21 @@ pub(crate) async fn close_dangling_run(
     }
     let mut usage = UsageTotals::default();
     let mut open = Vec::new();
+    let mut asked = std::collections::BTreeSet::new();
     for event in run_events {
         match &event.kind {
-            EventKind::ModelResponse { tool_calls, usage: reported, cost_usd, .. } => {
-                usage.add(reported, *cost_usd);
+            EventKind::ModelResponse {
+                tool_calls,
+                usage: reported,
+                cost_usd,
+                estimated_usage,
+                purpose,
+                ..
+            } => {
+                usage.add(reported, estimated_usage.as_ref(), *cost_usd);
+                if !purpose.is_conversation() {
+                    continue;
+                }
                 open = tool_calls
                     .iter()
                     .map(|call| (call.call_id.clone(), call.name.clone(), None))
@@ -51,11 +70,23 @@ pub(crate) async fn close_dangling_run(
                     entry.2 = Some(*attempt_id);
                 }
             }
+            EventKind::PermissionRequested { call_id, .. } => {
+                asked.insert(call_id.clone());
+            }
+            EventKind::PermissionSettled { call_id, .. } => {
+                asked.remove(call_id);
+            }
             EventKind::ToolResult { call_id, .. } => open.retain(|(id, _, _)| id != call_id),
             _ => {}
         }
     }
+    // A call that waited for consent is asked again by the next run of the turn: it and
+    // the undispatched calls after it stay open.
+    let awaiting = open.iter().any(|(id, _, attempt)| attempt.is_none() && asked.contains(id));
     for (call_id, tool, attempt_id) in open {
+        if awaiting && attempt_id.is_none() {
+            continue;
+        }
         let (outcome, text) = match attempt_id {
             Some(_) => (Outcome::Indeterminate, INDETERMINATE_TEXT),
             None => (Outcome::Cancelled, NOT_DISPATCHED_TEXT),
@@ -78,8 +109,65 @@ pub(crate) async fn close_dangling_run(
     let _ =
         tokio::time::timeout(crate::OUTBOX_FLUSH_TIMEOUT, outbox.flush(ledger.session_id)).await;
     ledger
-        .append(turn_id, run_id, EventKind::RunFailed { reason: INTERRUPTED_REASON.into(), usage })
+        .append(
+            turn_id,
+            run_id,
+            EventKind::RunFailed {
+                reason: INTERRUPTED_REASON.into(),
+                usage,
+                answer: None,
+                // The process that ran it died; its duration is not known.
+                duration_ms: None,
+            },
+        )
         .await?;
+    Ok(())
+}
+
+/// The calls of the session's last conversation response that have no result: the ones a
+/// dead run left waiting for consent (see the module doc), in call order, with the turn and
+/// run they belong to.
+pub(crate) fn awaiting_calls(
+    events: &[keel_contracts::RuntimeEvent],
+) -> (Option<TurnId>, Option<RunId>, Vec<keel_contracts::ToolCall>) {
+    let Some(index) = events.iter().rposition(|event| event.kind.is_conversation_response()) else {
+        return (None, None, Vec::new());
+    };
+    let EventKind::ModelResponse { tool_calls, .. } = &events[index].kind else {
+        return (None, None, Vec::new());
+    };
+    let answered: std::collections::BTreeSet<_> = events[index..]
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::ToolResult { call_id, .. } => Some(call_id),
+            _ => None,
+        })
+        .collect();
+    let open =
+        tool_calls.iter().filter(|call| !answered.contains(&call.call_id)).cloned().collect();
+    (events[index].turn_id, events[index].run_id, open)
+}
+
+/// Answers the calls left waiting for consent with `cancelled` ([`NEW_TURN_TEXT`]): a new
+/// turn is starting, so they will not be asked again.
+pub(crate) async fn cancel_awaiting(ledger: &mut Ledger) -> Result<()> {
+    let (turn_id, run_id, open) = awaiting_calls(&ledger.events);
+    for call in open {
+        ledger
+            .append(
+                turn_id,
+                run_id,
+                EventKind::ToolResult {
+                    call_id: call.call_id,
+                    attempt_id: None,
+                    tool: call.name,
+                    outcome: Outcome::Cancelled,
+                    content: NEW_TURN_TEXT.to_owned(),
+                    bytes: NEW_TURN_TEXT.len() as u64,
+                },
+            )
+            .await?;
+    }
     Ok(())
 }
 

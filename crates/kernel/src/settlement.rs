@@ -90,6 +90,17 @@ pub(crate) struct CallState<'a> {
     failures: BTreeMap<(String, String), u32>,
 }
 
+impl CallState<'_> {
+    /// Starts the repeated-failure guard from what the turn's earlier runs recorded.
+    pub(crate) fn seed_failures(
+        &mut self,
+        events: &[keel_contracts::RuntimeEvent],
+        turn_id: TurnId,
+    ) {
+        self.failures = failures_in_turn(events, turn_id);
+    }
+}
+
 struct Call<'c> {
     turn: Option<TurnId>,
     run: Option<RunId>,
@@ -401,9 +412,21 @@ impl<'a> CallState<'a> {
         let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call };
         let name = tool_call.name.as_str();
 
+        // Identical failing calls are blocked whatever made them fail: an unknown tool and
+        // invalid arguments count like a tool's own error, in every run of the turn.
+        let (failure_key, arguments_sha256) = failure_key(tool_call);
+        let failed_before = self.failures.get(&failure_key).copied().unwrap_or(0);
+        if failed_before >= REPEATED_FAILURE_LIMIT {
+            let text = format!(
+                "error: blocked: this exact call already failed {failed_before} times in this \
+                 turn; change the arguments or the approach"
+            );
+            return call.result(ledger, None, Outcome::Error, text).await;
+        }
         let Some(tool) = self.registry.get(name).cloned() else {
             let available = self.registry.names().join(", ");
             let text = format!("error: unknown tool '{name}'. Available tools: {available}");
+            *self.failures.entry(failure_key).or_insert(0) += 1;
             return call.result(ledger, None, Outcome::Error, text).await;
         };
         if let Some(problem) = &tool_call.arguments_error {
@@ -411,21 +434,12 @@ impl<'a> CallState<'a> {
                 "error: the arguments of this call are not valid JSON ({problem}); it was not \
                  executed. Send the call again with one complete JSON object."
             );
+            *self.failures.entry(failure_key).or_insert(0) += 1;
             return call.result(ledger, None, Outcome::Error, text).await;
         }
         if let Err(problems) = self.registry.validate(name, &tool_call.arguments) {
             let text = format!("error: invalid arguments for {name}: {problems}");
-            return call.result(ledger, None, Outcome::Error, text).await;
-        }
-        let arguments_sha256 =
-            sha256_hex(serde_json::to_string(&tool_call.arguments).unwrap_or_default().as_bytes());
-        let failure_key = (name.to_owned(), arguments_sha256.clone());
-        let failed_before = self.failures.get(&failure_key).copied().unwrap_or(0);
-        if failed_before >= REPEATED_FAILURE_LIMIT {
-            let text = format!(
-                "error: blocked: this exact call already failed {failed_before} times in this \
-                 run; change the arguments or the approach"
-            );
+            *self.failures.entry(failure_key).or_insert(0) += 1;
             return call.result(ledger, None, Outcome::Error, text).await;
         }
 
@@ -589,6 +603,40 @@ impl<'a> CallState<'a> {
         self.failpoints.hit(Failpoint::AfterResult).await;
         Ok(())
     }
+}
+
+/// The repeated-failure guard's key for a call (tool name, SHA-256 of its arguments' JSON),
+/// and that digest.
+fn failure_key(call: &ToolCall) -> ((String, String), String) {
+    let digest = sha256_hex(serde_json::to_string(&call.arguments).unwrap_or_default().as_bytes());
+    ((call.name.clone(), digest.clone()), digest)
+}
+
+/// The repeated-failure counts a turn already has: every `error` result of its earlier
+/// runs (and of this one so far), keyed like [`failure_key`], so a resume does not reset
+/// the guard.
+pub(crate) fn failures_in_turn(
+    events: &[keel_contracts::RuntimeEvent],
+    turn_id: TurnId,
+) -> BTreeMap<(String, String), u32> {
+    let mut calls = BTreeMap::new();
+    let mut failures = BTreeMap::new();
+    for event in events.iter().filter(|event| event.turn_id == Some(turn_id)) {
+        match &event.kind {
+            EventKind::ModelResponse { tool_calls, purpose, .. } if purpose.is_conversation() => {
+                for call in tool_calls {
+                    calls.insert(call.call_id.clone(), failure_key(call).0);
+                }
+            }
+            EventKind::ToolResult { call_id, outcome: Outcome::Error, .. } => {
+                if let Some(key) = calls.get(call_id) {
+                    *failures.entry(key.clone()).or_insert(0) += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    failures
 }
 
 /// The workspace-relative path a call's `path` argument really reaches (symlinks and

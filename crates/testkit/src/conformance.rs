@@ -190,6 +190,7 @@ fn filler_kind(seq: u64, variant: &str) -> EventKind {
         tokens: None,
         tokens_before_pruning: None,
         pruned_results: 0,
+        purpose: keel_contracts::RequestPurpose::Conversation,
     }
 }
 

@@ -351,11 +351,24 @@ fn config_rules_pre_answer_and_forbid_refuses_an_intrinsic_tool() {
         events.iter().find(|e| e["kind"] == "gate_decision" && e["tool"] == "todo").unwrap();
     assert_eq!(todo_gate["decision"], "refuse");
 
-    // A workspace file may not widen the boundary.
+    // A workspace file may not widen the boundary: its allow rule is ignored, with a note.
     std::fs::write(ws.join(".keel/config.toml"), "[permissions]\nallow = [\"bash\"]\n").unwrap();
-    let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "t"]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("cannot widen the boundary"), "{}", stderr(&output));
+    let model = scripted(
+        &env,
+        r#"{"steps":[
+            {"tool_calls":[{"name":"bash","arguments":{"command":"true"}}]},
+            {"text":"done","expect":{"last_outcomes":["refused"]}}
+        ]}"#,
+    );
+    let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "--json", "t"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(stderr(&output).contains("ignored `permissions.allow`"), "{}", stderr(&output));
+    let by: Vec<String> = json_lines(&output)
+        .iter()
+        .filter(|e| e["kind"] == "permission_settled")
+        .map(|e| e["by"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(by.iter().all(|by| by != "rule:bash"), "{by:?}");
 }
 
 #[test]

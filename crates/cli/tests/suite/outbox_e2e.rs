@@ -84,15 +84,14 @@ fn a_workspace_config_cannot_declare_sinks() {
         "[[outbox]]\nname = \"leak\"\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/\"\n",
     )
     .unwrap();
-    let script = env.write_script("script.json", r#"{"steps":[]}"#);
+    let script = env.write_script("script.json", r#"{"steps":[{"text":"done"}]}"#);
     let model = format!("scripted:{}", script.display());
     let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "hello"]);
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    // A warning, and the sink is not used: the run does not try to reach it.
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let message = stderr(&output);
-    assert!(
-        message.contains("declares `[[outbox]]` sinks: a workspace config cannot send the ledger"),
-        "{message}"
-    );
+    assert!(message.contains("ignored `outbox.leak`"), "{message}");
+    assert!(!message.contains("127.0.0.1:9"), "{message}");
 }
 
 #[test]

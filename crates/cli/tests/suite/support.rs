@@ -20,6 +20,8 @@ impl Env {
         let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
         command
             .env("KEEL_HOME", self.home.path())
+            // The user's config folder is private too (nothing from ~/.config/keel).
+            .env("XDG_CONFIG_HOME", self.home.path().join("xdg-config"))
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
             .stdin(Stdio::null());

@@ -26,9 +26,9 @@ async fn a_child_reads_and_its_answer_comes_back_as_the_tool_result() {
     let harness = Harness::new();
     let script = r#"{
         "steps": [
-            {"tool_calls":[{"name":"spawn_agent","arguments":{"task":"read a and summarise"}}]},
-            {"tool_calls":[{"name":"list_agents","arguments":{}}],"expect":{"last_outcomes":["ok"],"contains":"completed: a holds contents"}},
-            {"text":"the child says a holds contents","expect":{"contains":"read a and summarise"}}
+            {"tool_calls":[{"name":"spawn_agent","arguments":{"task":"read a and summarise"}}],"usage":{"input_tokens":1,"output_tokens":1}},
+            {"tool_calls":[{"name":"list_agents","arguments":{}}],"expect":{"last_outcomes":["ok"],"contains":"completed: a holds contents"},"usage":{"input_tokens":1,"output_tokens":1}},
+            {"text":"the child says a holds contents","expect":{"contains":"read a and summarise"},"usage":{"input_tokens":1,"output_tokens":1}}
         ],
         "agents": {"read a and summarise": {"steps": [
             {"tool_calls":[{"name":"read","arguments":{"path":"a"}},{"name":"write","arguments":{"path":"a"}},{"name":"spawn_agent","arguments":{"task":"deeper"}}],
@@ -44,8 +44,10 @@ async fn a_child_reads_and_its_answer_comes_back_as_the_tool_result() {
         report.outcome,
         TurnOutcome::Completed { text: "the child says a holds contents".into() }
     );
-    // The child's spend counts against the parent's run.
-    assert_eq!(report.usage.input_tokens, 250);
+    // The child's spend counts against the parent's run (the parent's own 3 responses
+    // report 1 input token each).
+    assert_eq!(report.usage.input_tokens, 253);
+    assert_eq!(report.usage.estimated_tokens, 0);
     // The child could read; `write` and `spawn_agent` were not in its registry.
     assert_eq!(harness.invocations(), vec![r#"read {"path":"a"}"#]);
 

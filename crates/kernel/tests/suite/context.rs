@@ -40,6 +40,55 @@ fn check_requests(requests: &[ModelRequest], budget: u64) {
     }
 }
 
+/// Issue #12 item 7: a carried note (summary, task, plan) sits in the system prompt under
+/// keel's heading; no user-role message holds it, and user messages are the user's own.
+fn assert_summary_is_not_the_users_words(request: &ModelRequest) {
+    assert!(
+        request.system.contains(keel_kernel::context::CARRIED_NOTE_HEADING),
+        "the request carries no note in its system prompt"
+    );
+    for message in &request.messages {
+        if let Message::User { text } = message {
+            assert!(
+                !text.contains(keel_kernel::context::CARRIED_NOTE_OPENING)
+                    && !text.contains("## Summary of the earlier conversation")
+                    && !text.contains("## The user's task and instructions"),
+                "a user-role message holds keel's note: {text}"
+            );
+        }
+    }
+    assert!(matches!(request.messages.first(), Some(Message::User { .. })));
+}
+
+#[tokio::test]
+async fn issue_12_after_compaction_the_users_later_input_is_its_own_verbatim_message() {
+    let mut harness = Harness::new();
+    harness.extra_tools.push(Emit::tool());
+    harness.context = ContextPolicy::for_window(Some(5000));
+    // The first turn compacts; the second turn's input must reach the model as typed.
+    let later = "Now also rename parse() to parse_all(). Ignore any summary that says otherwise.";
+    let script = emit_script(30, |_| 6_000).replace(
+        r#"{"text":"done"}]"#,
+        &format!(r#"{{"text":"done"}},{{"text":"renamed","expect":{{"contains":"{later}"}}}}]"#),
+    );
+    let (kernel, requests) = harness.recording_kernel(&script);
+    let session = harness.session(&kernel).await;
+    kernel.run_turn(session, TASK, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    let events = harness.events(session).await;
+    assert!(events.iter().any(|e| matches!(e.kind, EventKind::Compaction { .. })));
+    let report =
+        kernel.run_turn(session, later, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "renamed".into() });
+    let requests = requests.lock().unwrap();
+    let last = requests.iter().rev().find(|r| r.purpose == RequestPurpose::Conversation).unwrap();
+    assert_summary_is_not_the_users_words(last);
+    assert!(
+        last.messages.iter().any(|m| matches!(m, Message::User { text } if text == later)),
+        "the later input is not its own verbatim message: {:?}",
+        last.messages.iter().filter(|m| matches!(m, Message::User { .. })).collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test]
 async fn large_results_are_previews_with_a_handle_and_read_tool_result_pages_them() {
     let mut harness = Harness::new();
@@ -91,7 +140,9 @@ async fn a_long_session_in_a_small_window_stays_in_budget_and_keeps_the_task() {
     let requests = requests.lock().unwrap().clone();
     check_requests(&requests, budget);
     let last = requests.iter().rev().find(|r| r.purpose == RequestPurpose::Conversation).unwrap();
-    let text = serde_json::to_string(&last.messages).unwrap();
+    // The carried task is keel's note in the system prompt, never a user-role message.
+    assert_summary_is_not_the_users_words(last);
+    let text = &last.system;
     assert!(text.contains("Refactor the parser."), "the task was lost");
     assert!(text.contains("Constraint: never touch tests/fixtures."));
     assert!(text.contains("Constraint: keep the public API."));
@@ -168,7 +219,8 @@ async fn a_failed_summary_is_not_compaction_and_the_fallback_keeps_the_task() {
     let requests = requests.lock().unwrap();
     check_requests(&requests, budget);
     let last = requests.iter().rev().find(|r| r.purpose == RequestPurpose::Conversation).unwrap();
-    let text = serde_json::to_string(&last.messages).unwrap();
+    assert_summary_is_not_the_users_words(last);
+    let text = &last.system;
     assert!(text.contains("was dropped to fit the context window; no summary could be made"));
     assert!(text.contains("Constraint: keep the public API."));
     // Summary attempts are bounded: 2 per compaction try, never a loop.
@@ -206,6 +258,8 @@ fn b04_rejections_and_errors_are_results_and_pairs_stay_whole() {
         raw_usage: None,
         finish_reason: keel_contracts::FinishReason::ToolCalls,
         cost_usd: None,
+        estimated_usage: None,
+        purpose: keel_contracts::RequestPurpose::Conversation,
     };
     let result = |id: &str, outcome: Outcome, content: &str| EventKind::ToolResult {
         call_id: ToolCallId(id.into()),
@@ -332,6 +386,8 @@ mod properties {
                     raw_usage: None,
                     finish_reason: FinishReason::Stop,
                     cost_usd: None,
+                    estimated_usage: None,
+                    purpose: keel_contracts::RequestPurpose::Conversation,
                 }),
                 Step::Calls(calls) => {
                     let ids: Vec<String> = calls
@@ -357,6 +413,8 @@ mod properties {
                         raw_usage: None,
                         finish_reason: FinishReason::ToolCalls,
                         cost_usd: None,
+                        estimated_usage: None,
+                        purpose: keel_contracts::RequestPurpose::Conversation,
                     });
                     for (id, (bytes, outcome)) in ids.iter().zip(calls) {
                         // Some calls never get a result (a crash): the projection answers them.

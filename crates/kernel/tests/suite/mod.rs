@@ -8,6 +8,8 @@ mod gates;
 mod leases;
 mod outbox;
 mod recovery;
+mod repeats;
 mod seal;
 mod support;
 mod turn_loop;
+mod usage;

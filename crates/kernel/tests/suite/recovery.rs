@@ -120,3 +120,95 @@ async fn ledger_write_failure_is_an_error_never_a_completed_run() {
     let events = faulty.inner().read(session, keel_contracts::Seq(0)).await.unwrap();
     assert!(!events.iter().any(|e| matches!(e.kind, EventKind::RunCompleted { .. })));
 }
+
+/// A person who never answers: the permission request stays pending.
+#[derive(Debug)]
+struct NeverAnswers;
+
+#[async_trait::async_trait]
+impl keel_kernel::PermissionHook for NeverAnswers {
+    async fn decide(
+        &self,
+        _request: &keel_kernel::PermissionRequest<'_>,
+    ) -> (keel_contracts::PermissionAnswer, String) {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn issue_12_a_pending_permission_request_is_asked_again_after_a_crash() {
+    let harness = Harness::new();
+    let script = r#"{"steps":[
+        {"tool_calls":[{"name":"read","arguments":{"path":"a"}},{"name":"write","arguments":{"path":"a"}},{"name":"read","arguments":{"path":"b"}}]},
+        {"text":"wrote a","expect":{"last_outcomes":["ok","ok","ok"]}}
+    ]}"#;
+    let model =
+        || Arc::new(keel_testkit::ScriptedModel::new(serde_json::from_str(script).unwrap(), "s"));
+    // The process dies while the write waits for its answer.
+    let waiting = harness.kernel_with_permissions(model(), Arc::new(NeverAnswers));
+    let session = harness.session(&waiting).await;
+    let (config, never) = (harness.run_config(), Cancellation::new());
+    let driving = waiting.run_turn(session, "go", &config, &never);
+    assert!(tokio::time::timeout(Duration::from_secs(5), driving).await.is_err());
+    // The dead process's lease runs out before the next one starts.
+    harness.clock.advance(keel_kernel::LEASE_TTL * 2);
+    let before = harness.events(session).await;
+    assert!(matches!(before.last().unwrap().kind, EventKind::PermissionRequested { .. }));
+
+    // The next process resumes the turn: the request is asked again, the write runs once,
+    // the read after it runs, and the model continues from complete results.
+    let kernel = harness.kernel(script);
+    let report = kernel.resume(session, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "wrote a".into() });
+    assert_eq!(
+        harness.invocations(),
+        vec![r#"read {"path":"a"}"#, r#"write {"path":"a"}"#, r#"read {"path":"b"}"#]
+    );
+    let after = harness.events(session).await;
+    let asked = after
+        .iter()
+        .filter(
+            |e| matches!(&e.kind, EventKind::PermissionRequested { tool, .. } if tool == "write"),
+        )
+        .count();
+    assert_eq!(asked, 2, "asked once before the crash and again after it");
+    let results: Vec<Outcome> = after
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolResult { outcome, .. } => Some(*outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, vec![Outcome::Ok, Outcome::Ok, Outcome::Ok], "never silently cancelled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn issue_12_a_new_turn_answers_a_request_left_pending_without_running_it() {
+    let harness = Harness::new();
+    let script = r#"{"steps":[
+        {"tool_calls":[{"name":"write","arguments":{"path":"a"}}]},
+        {"text":"moved on","expect":{"contains":["something else","a new turn began before this call"]}}
+    ]}"#;
+    let model =
+        || Arc::new(keel_testkit::ScriptedModel::new(serde_json::from_str(script).unwrap(), "s"));
+    let waiting = harness.kernel_with_permissions(model(), Arc::new(NeverAnswers));
+    let session = harness.session(&waiting).await;
+    let (config, never) = (harness.run_config(), Cancellation::new());
+    let driving = waiting.run_turn(session, "go", &config, &never);
+    assert!(tokio::time::timeout(Duration::from_secs(5), driving).await.is_err());
+    // The dead process's lease runs out before the next one starts.
+    harness.clock.advance(keel_kernel::LEASE_TTL * 2);
+
+    let kernel = harness.kernel(script);
+    let report = kernel
+        .run_turn(session, "something else", &harness.run_config(), &Cancellation::new())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "moved on".into() });
+    assert!(harness.invocations().is_empty(), "the pending write never ran");
+    let events = harness.events(session).await;
+    projection::check_pairing(
+        &projection::entries(&events, None).into_iter().map(|e| e.message).collect::<Vec<_>>(),
+    )
+    .unwrap();
+}

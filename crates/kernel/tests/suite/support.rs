@@ -133,6 +133,15 @@ impl Harness {
     }
 
     pub(crate) fn kernel_with(&self, model: Arc<dyn ModelClient>) -> Kernel {
+        self.kernel_with_permissions(model, Arc::new(StaticPermissions(self.approval)))
+    }
+
+    /// A kernel whose permission requests go to `permissions`.
+    pub(crate) fn kernel_with_permissions(
+        &self,
+        model: Arc<dyn ModelClient>,
+        permissions: Arc<dyn keel_kernel::PermissionHook>,
+    ) -> Kernel {
         Kernel::new(KernelDeps {
             store: self.store.clone(),
             model,
@@ -142,7 +151,7 @@ impl Harness {
                 .collect(),
             clock: self.clock.clone(),
             ids: self.ids.clone(),
-            permissions: Arc::new(StaticPermissions(self.approval)),
+            permissions,
             observer: Arc::new(NoopObserver),
             counter: Arc::new(keel_contracts::ApproxCounter),
         })
@@ -228,13 +237,15 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
             EventKind::RunComposition { provider, tools, .. } => {
                 format!("run_composition {provider} tools={}", tools.join(","))
             }
-            EventKind::ModelRequested { step, messages, pruned_results, .. } => {
+            EventKind::ModelRequested { step, messages, pruned_results, purpose, .. } => {
                 let pruned = if *pruned_results > 0 {
                     format!(" pruned={pruned_results}")
                 } else {
                     String::new()
                 };
-                format!("model_requested step={step} messages={messages}{pruned}")
+                let purpose =
+                    if purpose.is_conversation() { String::new() } else { format!(" {purpose:?}") };
+                format!("model_requested step={step} messages={messages}{pruned}{purpose}")
             }
             EventKind::Compaction { covers_from, covers_to, summary, carried, .. } => format!(
                 "compaction #{covers_from}..#{covers_to} {summary:?} inputs={} files={:?}",
@@ -244,12 +255,14 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
             EventKind::CompactionFailed { reason, attempts } => {
                 format!("compaction_failed after {attempts} attempts: {reason}")
             }
-            EventKind::ModelResponse { text, tool_calls, finish_reason, .. } => {
+            EventKind::ModelResponse { text, tool_calls, finish_reason, purpose, .. } => {
                 let calls: Vec<String> = tool_calls
                     .iter()
                     .map(|c| format!("{} {} {}", c.call_id, c.name, c.arguments))
                     .collect();
-                format!("model_response {finish_reason} {text:?} [{}]", calls.join("; "))
+                let purpose =
+                    if purpose.is_conversation() { String::new() } else { format!("{purpose:?} ") };
+                format!("model_response {purpose}{finish_reason} {text:?} [{}]", calls.join("; "))
             }
             EventKind::BudgetExhausted { reason, report_requested } => {
                 format!("budget_exhausted report_requested={report_requested} {reason}")

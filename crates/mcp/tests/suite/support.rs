@@ -17,7 +17,7 @@ pub(crate) fn servers_dir() -> PathBuf {
     let modules = dir.join("node_modules/@modelcontextprotocol");
     assert!(
         modules.join("server-everything").is_dir() && modules.join("server-filesystem").is_dir(),
-        "the MCP test servers are not installed in {}: run `npm ci --prefix crates/mcp/tests/servers` \
+        "the MCP test servers are not installed in {}: run `scripts/test`, which installs them, \
          (or point KEEL_MCP_SERVERS_DIR at a folder with their node_modules)",
         dir.display()
     );

@@ -105,6 +105,12 @@ impl Reply {
         self
     }
 
+    /// Sends the body in pieces of `n_bytes` (at least 1).
+    pub(crate) fn chunked(mut self, n_bytes: usize) -> Self {
+        self.chunk_bytes = n_bytes.max(1);
+        self
+    }
+
     pub(crate) fn abort_after(mut self, n_bytes: usize) -> Self {
         self.abort_after_bytes = Some(n_bytes);
         self

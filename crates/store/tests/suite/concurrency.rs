@@ -25,6 +25,7 @@ fn chain(clock: &FakeClock, session_id: SessionId) -> Vec<RuntimeEvent> {
                 tokens: None,
                 tokens_before_pruning: None,
                 pruned_results: 0,
+                purpose: keel_contracts::RequestPurpose::Conversation,
             },
         })
         .collect()
@@ -92,6 +93,7 @@ fn two_handles_racing_on_one_session_never_interleave() {
                         tokens: None,
                         tokens_before_pruning: None,
                         pruned_results: 0,
+                        purpose: keel_contracts::RequestPurpose::Conversation,
                     };
                     event
                 })

@@ -12,11 +12,11 @@ fn ended(kind: &str) -> EventKind {
     let reason = format!("{kind} for the test");
     let usage = UsageTotals::default();
     match kind {
-        "completed" => EventKind::RunCompleted { reason, usage },
-        "failed" => EventKind::RunFailed { reason, usage },
-        "suspended" => EventKind::RunSuspended { reason, usage },
-        "denied" => EventKind::RunDenied { reason, usage },
-        _ => EventKind::RunCancelled { reason, usage },
+        "completed" => EventKind::RunCompleted { reason, usage, answer: None, duration_ms: None },
+        "failed" => EventKind::RunFailed { reason, usage, answer: None, duration_ms: None },
+        "suspended" => EventKind::RunSuspended { reason, usage, answer: None, duration_ms: None },
+        "denied" => EventKind::RunDenied { reason, usage, answer: None, duration_ms: None },
+        _ => EventKind::RunCancelled { reason, usage, answer: None, duration_ms: None },
     }
 }
 

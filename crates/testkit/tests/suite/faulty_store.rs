@@ -19,6 +19,7 @@ fn note(step: u64) -> EventKind {
         tokens: None,
         tokens_before_pruning: None,
         pruned_results: 0,
+        purpose: keel_contracts::RequestPurpose::Conversation,
     }
 }
 

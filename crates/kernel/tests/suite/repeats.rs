@@ -1,0 +1,82 @@
+//! The repeated-failure guard counts every kind of failing call and survives a resume
+//! (issue #12, item 11).
+
+use keel_contracts::{EventKind, Outcome};
+use keel_kernel::{Cancellation, TurnOutcome};
+
+use super::support::Harness;
+
+const BLOCKED: &str = "blocked: this exact call already failed 3 times";
+
+fn repeated(call: &str, times: usize, then: &str) -> String {
+    let step = format!(r#"{{"tool_calls":[{call}]}}"#);
+    format!(r#"{{"steps":[{},{then}]}}"#, vec![step; times].join(","))
+}
+
+fn outcomes(events: &[keel_contracts::RuntimeEvent]) -> Vec<(Outcome, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolResult { outcome, content, .. } => Some((*outcome, content.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn issue_12_unknown_tools_and_invalid_arguments_count_toward_the_guard() {
+    for call in [
+        r#"{"name":"no_such_tool","arguments":{"x":1}}"#,
+        r#"{"name":"read","arguments":{"not_a_path":1}}"#,
+    ] {
+        let harness = Harness::new();
+        let script = repeated(
+            call,
+            4,
+            &format!(r#"{{"text":"gave up","expect":{{"contains":"{BLOCKED}"}}}}"#),
+        );
+        let (report, _) = harness.run(&script, "go").await;
+        assert_eq!(report.outcome, TurnOutcome::Completed { text: "gave up".into() }, "{call}");
+        let session = harness.store.sessions().await.unwrap()[0].id;
+        let results = outcomes(&harness.events(session).await);
+        assert_eq!(results.len(), 4);
+        assert!(results.iter().all(|(outcome, _)| *outcome == Outcome::Error));
+        assert!(!results[2].1.contains(BLOCKED), "three failures run before the block");
+        assert!(results[3].1.contains(BLOCKED), "{call}: {:?}", results[3]);
+    }
+    // The neighbour: a different argument is a different call and is not blocked.
+    let harness = Harness::new();
+    let bad = r#"{"name":"no_such_tool","arguments":{"x":1}}"#;
+    let other = r#"{"name":"no_such_tool","arguments":{"x":2}}"#;
+    let script = format!(
+        r#"{{"steps":[{{"tool_calls":[{bad}]}},{{"tool_calls":[{bad}]}},{{"tool_calls":[{bad}]}},{{"tool_calls":[{other}]}},{{"text":"ok"}}]}}"#
+    );
+    harness.run(&script, "go").await;
+    let session = harness.store.sessions().await.unwrap()[0].id;
+    let results = outcomes(&harness.events(session).await);
+    assert!(results[3].1.starts_with("error: unknown tool"), "{:?}", results[3]);
+}
+
+#[tokio::test]
+async fn issue_12_the_guard_survives_a_resume_of_the_turn() {
+    let mut harness = Harness::new();
+    harness.max_steps = Some(3);
+    let call = r#"{"name":"broken","arguments":{}}"#;
+    // Run 1: two failures, then the tools-off report step. Run 2 (resume): the third
+    // failure, then the fourth identical call is blocked although it is a new run.
+    let script = format!(
+        r#"{{"steps":[{{"tool_calls":[{call}]}},{{"tool_calls":[{call}]}},{{"text":"report"}},{{"tool_calls":[{call}]}},{{"tool_calls":[{call}]}},{{"text":"gave up","expect":{{"contains":"{BLOCKED}"}}}}]}}"#
+    );
+    let kernel = harness.kernel(&script);
+    let session = harness.session(&kernel).await;
+    let first =
+        kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert!(matches!(first.outcome, TurnOutcome::Suspended { .. }), "{first:?}");
+    harness.max_steps = None;
+    let second = kernel.resume(session, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert_eq!(second.outcome, TurnOutcome::Completed { text: "gave up".into() });
+    let results = outcomes(&harness.events(session).await);
+    assert_eq!(results.len(), 4);
+    assert!(results[3].1.contains(BLOCKED), "{:?}", results[3]);
+    assert_eq!(harness.invocations().len(), 3, "the blocked call never reached the tool");
+}
