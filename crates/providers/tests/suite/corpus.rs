@@ -32,6 +32,8 @@ struct Row {
     recorded: Value,
     judgement: Option<String>,
     reference: Option<Value>,
+    /// The payloads of the recording's first response (see [`first_response_events`]).
+    events: Vec<Value>,
 }
 
 fn corpus_dir() -> std::path::PathBuf {
@@ -50,8 +52,10 @@ fn manifest() -> Vec<Row> {
             } else {
                 row["keel_on_main"].clone()
             };
+            let file = row["file"].as_str().unwrap().to_owned();
             Row {
-                file: row["file"].as_str().unwrap().to_owned(),
+                events: first_response_events(&file),
+                file,
                 wire: row["wire"].as_str().unwrap().to_owned(),
                 status,
                 recorded,
@@ -103,8 +107,8 @@ fn body(row: &Row) -> String {
 
 /// The fixture's payloads that belong to the first response (one HTTP response ends at
 /// the first `message_stop` / `response.completed`).
-fn first_response_events(row: &Row) -> Vec<Value> {
-    let text = std::fs::read_to_string(corpus_dir().join(&row.file)).unwrap();
+fn first_response_events(file: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(corpus_dir().join(file)).unwrap();
     let mut events = Vec::new();
     for line in text.lines() {
         let line = line.trim().strip_prefix("data:").map_or(line.trim(), str::trim);
@@ -125,7 +129,7 @@ fn shows_reasoning(row: &Row) -> bool {
         Value::Array(parts) => !parts.is_empty(),
         _ => false,
     };
-    first_response_events(row).iter().any(|event| match row.wire.as_str() {
+    row.events.iter().any(|event| match row.wire.as_str() {
         "chat" => event["choices"].as_array().into_iter().flatten().any(|choice| {
             let delta = &choice["delta"];
             non_empty(&delta["reasoning_content"])
@@ -167,7 +171,7 @@ fn shows_reasoning(row: &Row) -> bool {
 /// `usage` of a Chat Completions stream, `response.usage` of `response.completed`, the
 /// `usage` of Anthropic's `message_start` and last `message_delta`.
 fn raw_usage(row: &Row) -> Value {
-    let events = first_response_events(row);
+    let events = &row.events;
     let last = |select: &dyn Fn(&Value) -> Option<Value>| {
         events.iter().filter_map(select).rfind(|usage| !usage.is_null())
     };
@@ -204,7 +208,7 @@ struct Expectation {
 /// blocks joined as they are, `\n\n` only where another block stands between.
 fn anthropic_text_from_chunks(row: &Row) -> String {
     let mut blocks: BTreeMap<u64, (bool, String)> = BTreeMap::new();
-    for event in first_response_events(row) {
+    for event in &row.events {
         let index = event["index"].as_u64().unwrap_or(0);
         match event["type"].as_str().unwrap_or_default() {
             "content_block_start" => {
@@ -238,7 +242,7 @@ fn anthropic_text_from_chunks(row: &Row) -> String {
 
 /// The texts of the message items of a Responses fixture's final `output`.
 fn final_output_texts(row: &Row) -> Vec<String> {
-    let events = first_response_events(row);
+    let events = &row.events;
     let completed = events.iter().find(|event| event["type"] == "response.completed").unwrap();
     completed["response"]["output"]
         .as_array()
