@@ -489,6 +489,12 @@ fn refusal_text(stop_details: Option<&Value>) -> Option<String> {
 
 /// Maps the Messages API's usage to keel's [`Usage`].
 ///
+/// Source: Anthropic, "Messages" (the `usage` object:
+/// <https://docs.anthropic.com/en/api/messages>) and "Extended thinking" ("you're charged
+/// for the full thinking tokens", billed as output:
+/// <https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking>). The API sends
+/// no total and no reasoning share, so the totals rule of `crate::usage` cannot apply.
+///
 /// - `input_tokens` = `input_tokens + cache_read_input_tokens + cache_creation_input_tokens`
 ///   (Anthropic's `input_tokens` counts only the uncached part); `cached_input_tokens` =
 ///   `cache_read_input_tokens`. Cache writes are counted as plain input (Anthropic bills
