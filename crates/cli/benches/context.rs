@@ -172,6 +172,7 @@ fn session(events_wanted: usize, compacted: bool) -> Vec<RuntimeEvent> {
                     arguments_error: None,
                 }],
                 usage: Default::default(),
+                raw_usage: None,
                 finish_reason: FinishReason::ToolCalls,
                 cost_usd: None,
                 estimated_usage: None,

@@ -343,8 +343,12 @@ pub enum EventKind {
         reasoning: Vec<ReasoningPart>,
         /// Proposed tool calls.
         tool_calls: Vec<ToolCall>,
-        /// Reported usage.
+        /// Reported usage, normalised.
         usage: Usage,
+        /// The provider's own usage object(s), exactly as received (see
+        /// [`crate::ModelResponse::raw_usage`]); absent when it reported none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        raw_usage: Option<serde_json::Value>,
         /// Why the model stopped.
         finish_reason: FinishReason,
         /// Cost of this response in USD; `null` when the price is unknown. Computed from
@@ -642,5 +646,31 @@ mod tests {
         let back: RuntimeEvent = serde_json::from_value(json).unwrap();
         assert_eq!(back, event);
         assert_eq!(back.kind.name(), "tool_result");
+    }
+
+    #[test]
+    fn model_response_keeps_raw_usage_and_reads_events_written_before_it() {
+        // An event written before `raw_usage` existed still reads, as "none reported".
+        let old = serde_json::json!({"kind": "model_response", "text": "hi",
+            "tool_calls": [], "usage": {"input_tokens": 3, "output_tokens": 1},
+            "finish_reason": "stop", "cost_usd": null});
+        let kind: EventKind = serde_json::from_value(old).unwrap();
+        assert!(matches!(kind, EventKind::ModelResponse { raw_usage: None, .. }));
+        let raw = serde_json::json!({"prompt_tokens": 3, "completion_tokens": 1,
+            "total_tokens": 4, "completion_tokens_details": {"reasoning_tokens": 0}});
+        let kind = EventKind::ModelResponse {
+            text: "hi".into(),
+            reasoning: Vec::new(),
+            tool_calls: Vec::new(),
+            usage: Usage { input_tokens: Some(3), output_tokens: Some(1), ..Usage::default() },
+            raw_usage: Some(raw.clone()),
+            finish_reason: FinishReason::Stop,
+            cost_usd: None,
+            estimated_usage: None,
+            purpose: crate::RequestPurpose::Conversation,
+        };
+        let json = serde_json::to_value(&kind).unwrap();
+        assert_eq!(json["raw_usage"], raw);
+        assert_eq!(serde_json::from_value::<EventKind>(json).unwrap(), kind);
     }
 }

@@ -52,7 +52,7 @@ pub use fence::{NEUTRALISED_MARKER, UNTRUSTED_POLICY, fence_untrusted, neutralis
 pub use ids::{AttemptId, RunId, Seq, SessionId, ToolCallId, TurnId};
 pub use message::{
     FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, RequestPurpose, StreamDelta,
-    ToolCall, ToolDefinition, Usage,
+    ToolCall, ToolChoice, ToolDefinition, Usage,
 };
 pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};
 pub use pricing::{Price, cost_usd};

@@ -37,7 +37,13 @@ pub struct ReasoningPart {
     pub redacted: Option<String>,
 }
 
-/// Token usage as the provider reported it. `None` means "not reported", never zero.
+/// Token usage as the provider reported it, normalised. `None` means "not reported",
+/// never zero. Each token is counted once: `input_tokens + output_tokens +
+/// reasoning_tokens` is what the provider bills (its `total_tokens`, when it sends one).
+///
+/// Whether a provider's completion count includes its reasoning tokens differs by wire API
+/// and server; each adapter documents its rule (keel-providers: `usage_from_wire` of each
+/// wire API), and [`ModelResponse::raw_usage`] keeps the provider's own figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
     /// Prompt tokens, including cached ones (OpenAI `prompt_tokens`; Anthropic
@@ -156,14 +162,39 @@ pub struct ModelRequest {
     pub system: String,
     /// The conversation, oldest first; tool calls and results always paired.
     pub messages: Vec<Message>,
-    /// Tools offered; empty means tools are off for this request.
+    /// Tools defined for this request. With [`ToolChoice::None`] they stay defined (a
+    /// history with tool calls needs them on some wire APIs) but may not be called; an
+    /// empty list also means tools are off.
     pub tools: Vec<ToolDefinition>,
+    /// Whether the model may call [`ModelRequest::tools`] in this response.
+    #[serde(default, skip_serializing_if = "ToolChoice::is_auto")]
+    pub tool_choice: ToolChoice,
     /// The number of model responses already recorded in this session's ledger.
     /// Deterministic models (the scripted model) use it as their position.
     pub responses_in_session: u64,
     /// What the request is for.
     #[serde(default)]
     pub purpose: RequestPurpose,
+}
+
+/// Whether the model may call tools in one response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides (the wire APIs' default).
+    #[default]
+    Auto,
+    /// Tools are off: the model must answer in text. The tool definitions are still sent
+    /// when the request has any (`tool_choice: "none"` on OpenAI's APIs,
+    /// `{"type": "none"}` on Anthropic's).
+    None,
+}
+
+impl ToolChoice {
+    /// Whether this is [`ToolChoice::Auto`] (the serialized default, omitted).
+    pub fn is_auto(&self) -> bool {
+        *self == ToolChoice::Auto
+    }
 }
 
 /// What a model request is for.
@@ -194,8 +225,15 @@ pub struct ModelResponse {
     pub reasoning: Vec<ReasoningPart>,
     /// Proposed tool calls, in the provider's order.
     pub tool_calls: Vec<ToolCall>,
-    /// Reported usage.
+    /// Reported usage, normalised (see [`Usage`]).
     pub usage: Usage,
+    /// The provider's own usage object(s), exactly as received: the JSON `usage` of the
+    /// response (Chat Completions: the last chunk's; Responses: `response.usage`), or, for
+    /// Anthropic, `{"message_start": {...}, "message_delta": {...}}`, the `usage` of
+    /// `message_start` and of the last `message_delta` (a whole, unstreamed message's
+    /// `usage` is under `message_delta`). `None` when the provider reported none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_usage: Option<serde_json::Value>,
     /// Why the model stopped.
     pub finish_reason: FinishReason,
 }
@@ -213,4 +251,24 @@ pub enum StreamDelta {
         /// The tool's name.
         name: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_choice_defaults_to_auto_and_is_omitted_then() {
+        let request: ModelRequest = serde_json::from_value(serde_json::json!({
+            "model": "m", "system": "", "messages": [], "tools": [], "responses_in_session": 0
+        }))
+        .unwrap();
+        assert_eq!(request.tool_choice, ToolChoice::Auto);
+        let json = serde_json::to_value(&request).unwrap();
+        assert!(json.get("tool_choice").is_none(), "request hashes of tools-on steps unchanged");
+        let off = ModelRequest { tool_choice: ToolChoice::None, ..request };
+        let json = serde_json::to_value(&off).unwrap();
+        assert_eq!(json["tool_choice"], "none");
+        assert_eq!(serde_json::from_value::<ModelRequest>(json).unwrap(), off);
+    }
 }

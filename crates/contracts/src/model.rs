@@ -41,8 +41,12 @@ pub enum ModelErrorKind {
     Server,
     /// The connection failed or timed out before a response. Retryable.
     Transport,
-    /// The stream was malformed, aborted or truncated, or carried an error event.
+    /// The stream was aborted, truncated or spliced, or carried an error event. Retryable.
     Stream,
+    /// The provider's response arrived whole but keel cannot read it: a payload that is not
+    /// valid JSON, or a body that is neither a response nor an error. Not retryable: the same
+    /// request would be answered (and billed) the same way again.
+    InvalidResponse,
     /// The scripted model's script ran out or an expectation failed. Not retryable.
     Script,
 }

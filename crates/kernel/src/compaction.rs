@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use keel_contracts::{
     CarriedContext, EventKind, FinishReason, Message, ModelRequest, RequestPurpose, RunId, Seq,
-    TurnId, UsageTotals,
+    ToolChoice, TurnId, UsageTotals,
 };
 
 use crate::context::{self, Window};
@@ -141,7 +141,10 @@ impl Kernel {
                 model: self.deps.model.info().model,
                 system: SUMMARY_SYSTEM.to_owned(),
                 messages,
+                // Tools off. The covered history may hold tool calls; the adapters define
+                // the tools such a history needs (keel-providers' tools-off rule).
                 tools: Vec::new(),
+                tool_choice: ToolChoice::None,
                 responses_in_session: ledger.responses(),
                 purpose: RequestPurpose::Compaction,
             };
@@ -198,6 +201,7 @@ impl Kernel {
                                     reasoning: response.reasoning.clone(),
                                     tool_calls: response.tool_calls.clone(),
                                     usage: response.usage,
+                                    raw_usage: response.raw_usage.clone(),
                                     finish_reason: response.finish_reason.clone(),
                                     cost_usd: cost,
                                     estimated_usage,

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use keel_contracts::{
     BudgetVerdict, EventKind, FinishReason, ModelRequest, RequestPurpose, RunId, SessionId, Spent,
-    StreamDelta, Tool, TurnId, UsageTotals, check_budget, cost_usd, effective_usage, sha256_hex,
-    usage_tokens,
+    StreamDelta, Tool, ToolChoice, TurnId, UsageTotals, check_budget, cost_usd, effective_usage,
+    sha256_hex, usage_tokens,
 };
 
 use crate::compaction::{self, Compacted};
@@ -464,7 +464,11 @@ impl Kernel {
             }
             step += 1;
             let step_started = tokio::time::Instant::now();
-            let tools = if last_step.is_some() { Vec::new() } else { definitions.clone() };
+            // The last permitted step runs with tools off, so the model writes its report;
+            // the definitions stay in the request (a history with tool calls needs them on
+            // Anthropic's API, and the prompt prefix stays cacheable).
+            let tool_choice = if last_step.is_some() { ToolChoice::None } else { ToolChoice::Auto };
+            let tools = definitions.clone();
             let fixed_tokens =
                 system_tokens + if tools.is_empty() { 0 } else { definitions_tokens };
             let window = Window {
@@ -523,8 +527,8 @@ impl Kernel {
                 model: info.model.clone(),
                 system,
                 messages,
-                // The last permitted step runs with tools off, so the model writes its report.
                 tools,
+                tool_choice,
                 responses_in_session: ledger.responses(),
                 purpose: RequestPurpose::Conversation,
             };
@@ -612,6 +616,7 @@ impl Kernel {
                         reasoning: response.reasoning,
                         tool_calls: response.tool_calls,
                         usage: response.usage,
+                        raw_usage: response.raw_usage,
                         finish_reason: response.finish_reason,
                         cost_usd: cost,
                         estimated_usage,

@@ -16,7 +16,10 @@
 //! - An aborted or truncated stream, or one carrying an `error` event, is an error, never a
 //!   success (DESIGN.md §3 step 2); an in-stream `overloaded_error` is retried like a 529.
 //! - Usage: thinking is counted inside `output_tokens` and `reasoning_tokens` is `None`
-//!   (see `assemble::usage_from_wire`).
+//!   (see `assemble::usage_from_wire`); the `usage` objects of `message_start` and
+//!   `message_delta` are kept as `raw_usage`.
+//! - Adjacent text blocks are joined as sent; a `message_start` for another message
+//!   before `message_stop` is a spliced stream (an error, see `assemble`).
 //! - The API key appears in no error message, log line or `Debug` output.
 //! - Retries are bounded by [`RetryPolicy`] and resend the whole request.
 
@@ -220,7 +223,7 @@ impl AnthropicMessages {
             return match assembler.apply_event("message", &body)? {
                 transport::Flow::Done => Ok(assembler.finish()),
                 transport::Flow::Continue => Err(self.transport.error(
-                    ModelErrorKind::Stream,
+                    ModelErrorKind::InvalidResponse,
                     None,
                     "json body is neither a message nor an error",
                 )),
@@ -263,14 +266,15 @@ impl ModelClient for AnthropicMessages {
     ///
     /// # Errors
     ///
-    /// The [`ModelError`] of the last attempt: [`ModelErrorKind::Auth`] (401, 403),
-    /// [`ModelErrorKind::ContextTooLong`] ("prompt is too long", 413) and
+    /// The [`ModelError`] of the last attempt: [`ModelErrorKind::InvalidResponse`] (a
+    /// complete response keel cannot read, never retried), [`ModelErrorKind::Auth`] (401,
+    /// 403), [`ModelErrorKind::ContextTooLong`] ("prompt is too long", 413) and
     /// [`ModelErrorKind::InvalidRequest`] (other 400s, e.g. a `tool_result` without its
     /// `tool_use`) at once; [`ModelErrorKind::RateLimited`] (429, honouring
     /// `retry-after`), [`ModelErrorKind::Overloaded`] (529, or `overloaded_error` inside
     /// the stream), [`ModelErrorKind::Server`], [`ModelErrorKind::Transport`] and
-    /// [`ModelErrorKind::Stream`] (a malformed, truncated or error-carrying stream) once
-    /// the retries are spent.
+    /// [`ModelErrorKind::Stream`] (an aborted, truncated, spliced or error-carrying
+    /// stream) once the retries are spent.
     ///
     /// # Cancel safety
     ///

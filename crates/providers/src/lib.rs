@@ -10,12 +10,19 @@
 //! Entry points: [`OpenAiChat::new`] and [`OpenAiResponses::new`] with an [`OpenAiConfig`]
 //! (the Responses API's extra knobs in [`ResponsesOptions`]), [`AnthropicMessages::new`]
 //! with an [`AnthropicConfig`]; retries are set with a [`RetryPolicy`]. A client that
-//! cannot be built says why with a [`BuildError`]. A client that cannot be built says why with a [`BuildError`].
+//! cannot be built says why with a [`BuildError`].
 //!
 //! Invariants of the network clients:
 //! - One error model: every failure (HTTP status, error body, error event inside a 200
 //!   stream) is mapped to a `ModelError` in one place (`failure.rs`).
-//! - An aborted, truncated or error-carrying stream is a `ModelError`, never a success.
+//! - An aborted, truncated, spliced or error-carrying stream is a `ModelError`, never a
+//!   success; a complete response that cannot be read is `InvalidResponse`, not retried.
+//! - Response fields are read leniently (`lenient`): a field of an unexpected shape, or an
+//!   event keel ignores, never fails a response.
+//! - Tools off keeps the tool definitions and says "none" (`tooling`), so a history with
+//!   tool calls stays valid on every wire API.
+//! - Usage: whether reasoning is inside the completion count is decided from the
+//!   provider's totals (`usage`); the provider's own usage object is kept raw.
 //! - Retries are bounded, back off with jitter, honour `Retry-After` up to a cap, and resend
 //!   the whole request; a partial stream is discarded.
 //! - Reasoning that a provider needs back (Anthropic thinking signatures and redacted
@@ -33,6 +40,8 @@ mod arguments;
 mod error;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod failure;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod lenient;
 #[cfg(feature = "openai")]
 mod openai;
 #[cfg(feature = "openai")]
@@ -42,7 +51,11 @@ mod scripted;
 #[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 mod sse;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
+mod tooling;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 mod transport;
+#[cfg(feature = "openai")]
+mod usage;
 
 #[cfg(feature = "anthropic")]
 pub use anthropic::{AnthropicConfig, AnthropicMessages};

@@ -169,7 +169,7 @@ impl OpenAiChat {
                 self.transport.read_body(response, MAX_JSON_BODY_BYTES, Overflow::Fail).await?;
             let completion: ChatCompletion = serde_json::from_slice(&body).map_err(|error| {
                 self.transport.error(
-                    ModelErrorKind::Stream,
+                    ModelErrorKind::InvalidResponse,
                     None,
                     format!("malformed completion body: {error}"),
                 )
@@ -216,11 +216,12 @@ impl ModelClient for OpenAiChat {
     ///
     /// # Errors
     ///
-    /// The [`ModelError`] of the last attempt: [`ModelErrorKind::Auth`],
+    /// The [`ModelError`] of the last attempt: [`ModelErrorKind::InvalidResponse`] (a
+    /// complete response keel cannot read, never retried), [`ModelErrorKind::Auth`],
     /// [`ModelErrorKind::QuotaExhausted`], [`ModelErrorKind::ContextTooLong`] and
     /// [`ModelErrorKind::InvalidRequest`] at once; [`ModelErrorKind::RateLimited`],
     /// [`ModelErrorKind::Overloaded`], [`ModelErrorKind::Server`],
-    /// [`ModelErrorKind::Transport`] and [`ModelErrorKind::Stream`] (a malformed,
+    /// [`ModelErrorKind::Transport`] and [`ModelErrorKind::Stream`] (an aborted,
     /// truncated or error-carrying stream) once the retries are spent.
     ///
     /// # Cancel safety

@@ -14,8 +14,11 @@
 //! - Requests are stateless: the whole conversation is sent each time, and reasoning items
 //!   are replayed from their `encrypted_content`, kept byte-exact in
 //!   [`ReasoningPart::redacted`](keel_contracts::ReasoningPart::redacted).
-//! - Usage: `output_tokens` excludes `reasoning_tokens` (subtracted), as keel's `Usage`
-//!   says.
+//! - Usage: `output_tokens` excludes `reasoning_tokens`; whether the server counted
+//!   reasoning inside its `output_tokens` is decided from `total_tokens` (see
+//!   `assemble::usage_from_wire`); the server's own `usage` is kept as `raw_usage`.
+//! - A call item of a kind keel never declares is a refused tool call, never an empty
+//!   answer; events keel ignores never fail a response (see `assemble`).
 //! - An aborted or truncated stream, `response.failed` or an `error` event is an error,
 //!   never a success (DESIGN.md §3 step 2).
 //! - The API key appears in no error message, log line or `Debug` output.
@@ -158,11 +161,12 @@ impl ModelClient for OpenAiResponses {
     ///
     /// # Errors
     ///
-    /// The [`ModelError`] of the last attempt: [`ModelErrorKind::Auth`],
+    /// The [`ModelError`] of the last attempt: [`ModelErrorKind::InvalidResponse`] (a
+    /// complete response keel cannot read, never retried), [`ModelErrorKind::Auth`],
     /// [`ModelErrorKind::QuotaExhausted`], [`ModelErrorKind::ContextTooLong`] and
     /// [`ModelErrorKind::InvalidRequest`] at once; [`ModelErrorKind::RateLimited`],
     /// [`ModelErrorKind::Overloaded`], [`ModelErrorKind::Server`],
-    /// [`ModelErrorKind::Transport`] and [`ModelErrorKind::Stream`] (a malformed,
+    /// [`ModelErrorKind::Transport`] and [`ModelErrorKind::Stream`] (an aborted,
     /// truncated or failed stream) once the retries are spent.
     ///
     /// # Cancel safety

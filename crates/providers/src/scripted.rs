@@ -263,6 +263,7 @@ impl ModelClient for ScriptedModel {
                 reasoning: Vec::new(),
                 tool_calls: Vec::new(),
                 usage: Usage::default(),
+                raw_usage: None,
                 finish_reason: FinishReason::Stop,
             });
         }
@@ -317,6 +318,7 @@ impl ModelClient for ScriptedModel {
             reasoning: Vec::new(),
             tool_calls,
             usage,
+            raw_usage: None,
             finish_reason,
         })
     }

@@ -17,6 +17,8 @@ mod suite {
     #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod anthropic_retries;
     #[cfg(all(feature = "openai", feature = "anthropic"))]
+    mod corpus;
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod harness;
     #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod recordings;
@@ -28,4 +30,6 @@ mod suite {
     mod retries;
     #[cfg(all(feature = "openai", feature = "anthropic"))]
     mod tool_call_bugs;
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
+    mod tools_off;
 }

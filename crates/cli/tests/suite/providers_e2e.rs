@@ -384,3 +384,88 @@ async fn openai_responses_reasoning_and_a_tool_round_trip_drive_a_real_run() {
     assert_eq!(last["usage"]["output_tokens"], 62);
     assert_eq!(last["usage"]["reasoning_tokens"], 100);
 }
+
+// ---------------------------------------------------------------------------------------
+// The budget stop's report step against a server that enforces the Messages API's rule
+
+/// Like Anthropic's API, answers 400 when `tool_use`/`tool_result` blocks come without
+/// `tools` (and when `tool_choice` comes without them); else a tool call first, then text.
+async fn strict_messages(
+    State(recorded): State<Recorded>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    let request: Value = serde_json::from_slice(&body).unwrap();
+    let tools = request["tools"].as_array().is_some_and(|tools| !tools.is_empty());
+    let tool_blocks = request["messages"].as_array().unwrap().iter().any(|message| {
+        message["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|block| matches!(block["type"].as_str(), Some("tool_use" | "tool_result")))
+    });
+    let n = {
+        let mut requests = recorded.requests.lock().unwrap();
+        requests.push((headers, request.clone()));
+        requests.len()
+    };
+    if (tool_blocks || request.get("tool_choice").is_some()) && !tools {
+        let error = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "Requests which include `tool_use` or `tool_result` blocks must define tools."}});
+        return (axum::http::StatusCode::BAD_REQUEST, axum::Json(error)).into_response();
+    }
+    let body = match n {
+        1 => anthropic_thinking_then_tool_use(),
+        _ => anthropic_text("Report: wrote notes/hello.txt. Next: nothing."),
+    };
+    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_budget_report_step_keeps_tools_defined_with_tools_off() {
+    let recorded = Recorded::default();
+    let address = serve(
+        Router::new().route("/v1/messages", post(strict_messages)).with_state(recorded.clone()),
+    )
+    .await;
+    let env = Env::new();
+    let workspace = env.workspace();
+    let keel_home = env.home.path().to_owned();
+    let base_url = format!("http://{address}");
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+            .env("KEEL_HOME", &keel_home)
+            .env_remove("ANTHROPIC_BASE_URL")
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-789")
+            .stdin(std::process::Stdio::null())
+            .args(["run", "-C", workspace.to_str().unwrap(), "-m", "anthropic:claude-sonnet-4-5"])
+            .args(["--base-url", &base_url, "--approval", "auto", "--json", "--max-steps", "2"])
+            .arg("Write notes/hello.txt with two lines.")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(output.status.code(), Some(3), "stderr: {}", stderr(&output));
+    let requests = recorded.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2, "the report step was not refused and not retried");
+    let report_step = &requests[1].1;
+    assert_eq!(report_step["tool_choice"], json!({"type": "none"}), "tools off");
+    assert!(
+        report_step["tools"].as_array().unwrap().iter().any(|tool| tool["name"] == "write_file"),
+        "the history's tool_use needs its tools defined: {report_step}"
+    );
+    assert!(requests[0].1.get("tool_choice").is_none(), "tools on: the default choice");
+
+    let events: Vec<Value> =
+        stdout(&output).lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let checkpoint = events.iter().find(|event| event["kind"] == "checkpoint").unwrap();
+    assert_eq!(checkpoint["report"], "Report: wrote notes/hello.txt. Next: nothing.");
+    // Each model_response keeps Anthropic's own usage objects beside the normalised ones.
+    let responses: Vec<&Value> =
+        events.iter().filter(|event| event["kind"] == "model_response").collect();
+    assert_eq!(responses.len(), 2);
+    assert_eq!(responses[0]["raw_usage"]["message_start"]["cache_read_input_tokens"], 100);
+    assert_eq!(responses[0]["raw_usage"]["message_delta"]["output_tokens"], 120);
+    assert_eq!(responses[0]["usage"]["input_tokens"], 1000);
+}

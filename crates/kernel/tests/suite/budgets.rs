@@ -34,7 +34,15 @@ async fn step_budget_runs_a_tools_off_report_step_then_resume_completes() {
     {
         let requests = requests.lock().unwrap();
         assert!(!requests[0].tools.is_empty());
-        assert!(requests[1].tools.is_empty(), "the last permitted step has tools off");
+        assert_eq!(requests[0].tool_choice, keel_contracts::ToolChoice::Auto);
+        // The last permitted step has tools off, yet keeps their definitions: its history
+        // holds tool calls, which Anthropic's API refuses without defined tools.
+        assert_eq!(requests[1].tools, requests[0].tools);
+        assert_eq!(
+            requests[1].tool_choice,
+            keel_contracts::ToolChoice::None,
+            "the last permitted step has tools off"
+        );
     }
     let report = kernel.resume(session, &harness.run_config(), &Cancellation::new()).await.unwrap();
     assert_eq!(report.outcome, TurnOutcome::Completed { text: "a holds its contents".into() });

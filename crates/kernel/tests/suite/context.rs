@@ -255,6 +255,7 @@ fn b04_rejections_and_errors_are_results_and_pairs_stay_whole() {
         reasoning: Vec::new(),
         tool_calls: calls,
         usage: Default::default(),
+        raw_usage: None,
         finish_reason: keel_contracts::FinishReason::ToolCalls,
         cost_usd: None,
         estimated_usage: None,
@@ -382,6 +383,7 @@ mod properties {
                     reasoning: Vec::new(),
                     tool_calls: Vec::new(),
                     usage: Default::default(),
+                    raw_usage: None,
                     finish_reason: FinishReason::Stop,
                     cost_usd: None,
                     estimated_usage: None,
@@ -408,6 +410,7 @@ mod properties {
                             })
                             .collect(),
                         usage: Default::default(),
+                        raw_usage: None,
                         finish_reason: FinishReason::ToolCalls,
                         cost_usd: None,
                         estimated_usage: None,

@@ -172,6 +172,7 @@ fn response(text: &str, tool_calls: Vec<ToolCall>, finish_reason: FinishReason) 
         reasoning: Vec::new(),
         tool_calls,
         usage: Usage::default(),
+        raw_usage: None,
         finish_reason,
     }
 }

@@ -38,9 +38,23 @@ use crate::transport::Flow;
 /// The callback that receives live deltas.
 pub(crate) type OnDelta<'a> = &'a (dyn Fn(StreamDelta) + Send + Sync);
 
-/// The separator put between two text blocks of one response (e.g. text, a tool call,
-/// more text), so their words do not run together in keel's single text.
+/// The separator put between two text blocks of one response that another block stands
+/// between (text, a tool call, more text), so their words do not run together in keel's
+/// single text. Adjacent text blocks are one text split by the API (cited prose comes as a
+/// run of text blocks, corpus `anthropic-web-search-tool.1`) and are joined as they are.
 const TEXT_BLOCK_SEPARATOR: &str = "\n\n";
+
+/// The event kinds the assembler reads; data of any other that is not JSON is skipped.
+const READ_EVENTS: &[&str] = &[
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+    "message",
+    "error",
+];
 
 /// One content block while it streams.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +85,17 @@ pub(crate) struct Assembler<'a> {
     superseded: Vec<(u64, BlockState)>,
     /// Whether any visible text was shown yet (for [`TEXT_BLOCK_SEPARATOR`]).
     shown_text: bool,
+    /// Whether a block other than text started since text was last shown.
+    block_between: bool,
+    /// Whether `message_start` arrived, and the message id it gave (a second one for
+    /// another message is a spliced stream).
+    started: bool,
+    message_id: Option<String>,
     usage: Option<WireUsage>,
+    /// The usage objects as sent: of `message_start`, and the last of `message_delta` (or
+    /// of a whole message).
+    raw_start_usage: Option<Value>,
+    raw_delta_usage: Option<Value>,
     stop_reason: Option<String>,
     stop_details: Option<Value>,
 }
@@ -95,7 +119,12 @@ impl<'a> Assembler<'a> {
             blocks: BTreeMap::new(),
             superseded: Vec::new(),
             shown_text: false,
+            block_between: false,
+            started: false,
+            message_id: None,
             usage: None,
+            raw_start_usage: None,
+            raw_delta_usage: None,
             stop_reason: None,
             stop_details: None,
         }
@@ -113,26 +142,60 @@ impl<'a> Assembler<'a> {
     ///
     /// An `error` event becomes the error it describes (see `failure::in_band_error`:
     /// `overloaded_error` is [`ModelErrorKind::Overloaded`], retryable); data that is not
-    /// JSON is a [`ModelErrorKind::Stream`] error.
+    /// JSON, in an event keel reads, is a [`ModelErrorKind::InvalidResponse`] error (not
+    /// retried); a second `message_start` before `message_stop` is a spliced stream, a
+    /// [`ModelErrorKind::Stream`] error.
     pub(crate) fn apply_event(&mut self, event: &str, data: &str) -> Result<Flow, ModelError> {
         if data.trim().is_empty() {
             return Ok(Flow::Continue);
         }
-        let parsed: StreamEvent = serde_json::from_str(data).map_err(|error| {
-            if event == "error" {
-                failure::in_band_error(&Value::String(data.to_owned()), self.secret)
-            } else {
-                ModelError::new(
-                    ModelErrorKind::Stream,
+        let parsed: StreamEvent = match serde_json::from_str(data) {
+            Ok(parsed) => parsed,
+            Err(_) if event == "error" => {
+                return Err(failure::in_band_error(&Value::String(data.to_owned()), self.secret));
+            }
+            Err(error) if READ_EVENTS.contains(&event) => {
+                return Err(ModelError::new(
+                    ModelErrorKind::InvalidResponse,
                     None,
                     failure::redact(&format!("malformed {event} event: {error}"), self.secret),
-                )
+                ));
             }
-        })?;
+            Err(error) => {
+                tracing::debug!(event, %error, "skipping an unreadable event keel does not use");
+                return Ok(Flow::Continue);
+            }
+        };
         let kind = parsed.kind.clone().unwrap_or_else(|| event.to_owned());
         match kind.as_str() {
             "message_start" => {
+                let id = parsed.message.as_ref().and_then(|message| message.id.clone());
+                if self.started {
+                    // The same message announced twice (before any content) is harmless;
+                    // another message before this one stopped is two streams spliced.
+                    let same = id.is_some() && id == self.message_id;
+                    let nothing_yet = id.is_none() && self.blocks.is_empty();
+                    if !(same || nothing_yet) {
+                        return Err(ModelError::new(
+                            ModelErrorKind::Stream,
+                            None,
+                            failure::redact(
+                                &format!(
+                                    "a message_start for another message ({}) arrived before \
+                                     message_stop of {}: the stream is spliced or corrupt",
+                                    id.as_deref().unwrap_or("no id"),
+                                    self.message_id.as_deref().unwrap_or("no id")
+                                ),
+                                self.secret,
+                            ),
+                        ));
+                    }
+                    return Ok(Flow::Continue);
+                }
+                self.started = true;
+                self.message_id = id;
                 if let Some(usage) = parsed.message.and_then(|message| message.usage) {
+                    self.raw_start_usage = Some(usage.clone());
                     self.update_usage(&usage);
                 }
             }
@@ -159,6 +222,7 @@ impl<'a> Assembler<'a> {
                     self.record_stop(delta.stop_reason, delta.stop_details);
                 }
                 if let Some(usage) = parsed.usage {
+                    self.raw_delta_usage = Some(usage.clone());
                     self.update_usage(&usage);
                 }
             }
@@ -180,6 +244,7 @@ impl<'a> Assembler<'a> {
     /// Applies a whole non-streaming message (`type: message`) as if it had streamed.
     fn apply_message(&mut self, message: StreamEvent) {
         if let Some(usage) = message.usage {
+            self.raw_delta_usage = Some(usage.clone());
             self.update_usage(&usage);
         }
         for (position, block) in message.content.unwrap_or_default().into_iter().enumerate() {
@@ -196,8 +261,12 @@ impl<'a> Assembler<'a> {
         self.blocks.keys().next_back().map_or(0, |last| last.saturating_add(1))
     }
 
-    fn update_usage(&mut self, usage: &WireUsage) {
-        self.usage.get_or_insert_with(WireUsage::default).update(usage);
+    fn update_usage(&mut self, usage: &Value) {
+        if usage.is_null() {
+            return;
+        }
+        let usage: WireUsage = serde_json::from_value(usage.clone()).unwrap_or_default();
+        self.usage.get_or_insert_with(WireUsage::default).update(&usage);
     }
 
     fn record_stop(&mut self, stop_reason: Option<String>, stop_details: Option<Value>) {
@@ -234,6 +303,9 @@ impl<'a> Assembler<'a> {
                 BlockState::Other
             }
         };
+        if !matches!(state, BlockState::Text(_)) {
+            self.block_between = true;
+        }
         if let Some(previous) = self.blocks.insert(index, state) {
             tracing::warn!(index, "a content block reused the index of an earlier one; both kept");
             self.superseded.push((index, previous));
@@ -259,7 +331,7 @@ impl<'a> Assembler<'a> {
         match block {
             BlockState::Text(text) => {
                 if let Some(piece) = delta.text.filter(|piece| !piece.is_empty()) {
-                    if text.is_empty() && self.shown_text {
+                    if text.is_empty() && self.shown_text && self.block_between {
                         text.push_str(TEXT_BLOCK_SEPARATOR);
                         (self.on_delta)(StreamDelta::Text(TEXT_BLOCK_SEPARATOR.to_owned()));
                     }
@@ -285,6 +357,7 @@ impl<'a> Assembler<'a> {
         }
         if let Some(piece) = shown_text {
             self.shown_text = true;
+            self.block_between = false;
             (self.on_delta)(StreamDelta::Text(piece));
         }
         if let Some(piece) = shown_reasoning {
@@ -354,11 +427,19 @@ impl<'a> Assembler<'a> {
             (self.on_delta)(StreamDelta::Text(explanation.clone()));
             text = explanation;
         }
+        let raw_usage = match (self.raw_start_usage, self.raw_delta_usage) {
+            (None, None) => None,
+            (start, delta) => Some(serde_json::json!({
+                "message_start": start,
+                "message_delta": delta,
+            })),
+        };
         ModelResponse {
             text,
             reasoning,
             tool_calls,
             usage: self.usage.as_ref().map(usage_from_wire).unwrap_or_default(),
+            raw_usage,
             finish_reason,
         }
     }
@@ -407,6 +488,12 @@ fn refusal_text(stop_details: Option<&Value>) -> Option<String> {
 }
 
 /// Maps the Messages API's usage to keel's [`Usage`].
+///
+/// Source: Anthropic, "Messages" (the `usage` object:
+/// <https://docs.anthropic.com/en/api/messages>) and "Extended thinking" ("you're charged
+/// for the full thinking tokens", billed as output:
+/// <https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking>). The API sends
+/// no total and no reasoning share, so the totals rule of `crate::usage` cannot apply.
 ///
 /// - `input_tokens` = `input_tokens + cache_read_input_tokens + cache_creation_input_tokens`
 ///   (Anthropic's `input_tokens` counts only the uncached part); `cached_input_tokens` =
@@ -631,5 +718,72 @@ mod tests {
             json!({"type": "message_stop"}),
         ]);
         assert_eq!(result.unwrap().finish_reason, FinishReason::Length);
+    }
+
+    #[test]
+    fn adjacent_text_blocks_are_joined_as_sent() {
+        let (result, deltas) = run(&[
+            start(0, json!({"type": "text", "text": ""})),
+            delta(0, json!({"type": "text_delta", "text": "Opened in 2003."})),
+            stop(0),
+            start(1, json!({"type": "text", "text": ""})),
+            delta(1, json!({"type": "text_delta", "text": " It is big."})),
+            stop(1),
+            start(2, json!({"type": "thinking", "thinking": ""})),
+            delta(2, json!({"type": "thinking_delta", "thinking": "more"})),
+            delta(2, json!({"type": "signature_delta", "signature": "sig"})),
+            stop(2),
+            start(3, json!({"type": "text", "text": ""})),
+            delta(3, json!({"type": "text_delta", "text": "After."})),
+            stop(3),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let response = result.unwrap();
+        assert_eq!(response.text, "Opened in 2003. It is big.\n\nAfter.");
+        let live: String = deltas
+            .iter()
+            .filter_map(|delta| match delta {
+                StreamDelta::Text(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(live, response.text);
+    }
+
+    #[test]
+    fn a_message_start_for_another_message_is_a_spliced_stream() {
+        let start_of = |id: &str| {
+            json!({"type": "message_start", "message": {"id": id,
+                "usage": {"input_tokens": 3, "output_tokens": 1}}})
+        };
+        let (result, _) = run(&[
+            start_of("msg_a"),
+            start(0, json!({"type": "text", "text": ""})),
+            delta(0, json!({"type": "text_delta", "text": "Hel"})),
+            start_of("msg_b"),
+            json!({"type": "message_stop"}),
+        ]);
+        let error = result.unwrap_err();
+        assert_eq!(error.kind, ModelErrorKind::Stream);
+        assert!(error.is_retryable());
+        assert!(error.message.contains("spliced"), "{}", error.message);
+        // The same message announced twice is harmless.
+        let (result, _) = run(&[
+            start_of("msg_a"),
+            start_of("msg_a"),
+            start(0, json!({"type": "text", "text": ""})),
+            delta(0, json!({"type": "text_delta", "text": "Hi."})),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 2}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let response = result.unwrap();
+        assert_eq!(response.text, "Hi.");
+        assert_eq!(
+            response.raw_usage,
+            Some(json!({"message_start": {"input_tokens": 3, "output_tokens": 1},
+                "message_delta": {"output_tokens": 2}}))
+        );
     }
 }

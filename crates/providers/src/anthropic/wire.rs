@@ -27,6 +27,8 @@ use keel_contracts::{Message, ModelRequest, Outcome, ReasoningPart, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::{lenient, tooling};
+
 /// The body of `POST /v1/messages`.
 #[derive(Debug, Serialize)]
 pub(crate) struct MessagesRequest<'a> {
@@ -37,9 +39,19 @@ pub(crate) struct MessagesRequest<'a> {
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    /// `{"type": "none"}` when tools are off but defined (see `crate::tooling`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice>,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking: Option<ThinkingConfig>,
+}
+
+/// `tool_choice: {"type": "none"}`: the model may not call the defined tools.
+#[derive(Debug, Serialize)]
+struct WireToolChoice {
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 /// `thinking: {"type": "enabled", "budget_tokens": N}`.
@@ -100,7 +112,7 @@ struct WireTool<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     description: &'a str,
-    input_schema: &'a Value,
+    input_schema: Cow<'a, Value>,
 }
 
 /// What the request builder needs besides the request itself.
@@ -139,13 +151,15 @@ impl<'a> MessagesRequest<'a> {
                 ),
             }
         }
-        let tools = request
-            .tools
-            .iter()
+        let wire_tools = tooling::wire_tools(request);
+        let tool_choice = wire_tools.none.then_some(WireToolChoice { kind: "none" });
+        let tools = wire_tools
+            .defined
+            .into_iter()
             .map(|tool| WireTool {
-                name: &tool.name,
-                description: &tool.description,
-                input_schema: &tool.parameters,
+                name: tool.name,
+                description: tool.description,
+                input_schema: tool.parameters,
             })
             .collect();
         MessagesRequest {
@@ -154,6 +168,7 @@ impl<'a> MessagesRequest<'a> {
             system: Some(request.system.as_str()).filter(|system| !system.trim().is_empty()),
             messages: messages.0,
             tools,
+            tool_choice,
             stream: true,
             thinking: settings
                 .thinking_budget_tokens
@@ -220,20 +235,27 @@ fn tool_use_block(tool_call: &ToolCall) -> Block<'_> {
 #[serde(default)]
 pub(crate) struct StreamEvent {
     #[serde(rename = "type")]
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) kind: Option<String>,
     /// `message_start`'s message.
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) message: Option<MessageStart>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) index: Option<u64>,
     /// `content_block_start`'s block.
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) content_block: Option<ContentBlock>,
     /// `content_block_delta`'s or `message_delta`'s delta (the fields of both).
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) delta: Option<EventDelta>,
-    /// `message_delta`'s cumulative usage.
-    pub(crate) usage: Option<WireUsage>,
+    /// `message_delta`'s cumulative usage (or a whole message's), as sent.
+    pub(crate) usage: Option<Value>,
     /// An `error` event's error.
     pub(crate) error: Option<Value>,
     /// A whole message body (`type: message`): its blocks and stop reason.
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) content: Option<Vec<ContentBlock>>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) stop_reason: Option<String>,
     pub(crate) stop_details: Option<Value>,
 }
@@ -242,7 +264,11 @@ pub(crate) struct StreamEvent {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct MessageStart {
-    pub(crate) usage: Option<WireUsage>,
+    /// The message id: a second `message_start` with another id is a spliced stream.
+    #[serde(deserialize_with = "lenient::option")]
+    pub(crate) id: Option<String>,
+    /// The usage so far, as sent.
+    pub(crate) usage: Option<Value>,
 }
 
 /// A content block as it starts (or whole, in a non-streaming body).
@@ -250,12 +276,19 @@ pub(crate) struct MessageStart {
 #[serde(default)]
 pub(crate) struct ContentBlock {
     #[serde(rename = "type")]
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) kind: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) text: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) thinking: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) signature: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) data: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) id: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) name: Option<String>,
     pub(crate) input: Option<Value>,
 }
@@ -265,11 +298,17 @@ pub(crate) struct ContentBlock {
 #[serde(default)]
 pub(crate) struct EventDelta {
     #[serde(rename = "type")]
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) kind: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) text: Option<String>,
+    #[serde(deserialize_with = "lenient::text")]
     pub(crate) partial_json: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) thinking: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) signature: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) stop_reason: Option<String>,
     pub(crate) stop_details: Option<Value>,
 }
@@ -278,9 +317,13 @@ pub(crate) struct EventDelta {
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 #[serde(default)]
 pub(crate) struct WireUsage {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) input_tokens: Option<u64>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) cache_creation_input_tokens: Option<u64>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) cache_read_input_tokens: Option<u64>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) output_tokens: Option<u64>,
 }
 

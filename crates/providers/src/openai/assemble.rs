@@ -33,7 +33,8 @@ pub(crate) struct Assembler<'a> {
     reasoning: String,
     refusal: String,
     tool_calls: ToolCallAssembler,
-    usage: Option<Usage>,
+    /// The last `usage` object, as sent.
+    usage: Option<Value>,
     finish_reason: Option<FinishReason>,
 }
 
@@ -76,7 +77,7 @@ impl<'a> Assembler<'a> {
     ///
     /// An `event: error` frame or a chunk carrying an `error` object becomes the error it
     /// describes (see [`failure::in_band_error`]); a data payload that is not JSON is a
-    /// [`ModelErrorKind::Stream`] error.
+    /// [`ModelErrorKind::InvalidResponse`] error (not retried: the response arrived whole).
     pub(crate) fn apply_event(&mut self, event: &str, data: &str) -> Result<Flow, ModelError> {
         match event {
             "error" => {
@@ -95,7 +96,7 @@ impl<'a> Assembler<'a> {
                 }
                 let chunk: ChatChunk = serde_json::from_str(data).map_err(|error| {
                     ModelError::new(
-                        ModelErrorKind::Stream,
+                        ModelErrorKind::InvalidResponse,
                         None,
                         format!("malformed stream chunk: {error}"),
                     )
@@ -119,8 +120,8 @@ impl<'a> Assembler<'a> {
         if let Some(error) = chunk.error.as_ref().filter(|error| !error.is_null()) {
             return Err(failure::in_band_error(error, self.secret));
         }
-        if let Some(usage) = chunk.usage {
-            self.usage = Some(usage_from_wire(&usage));
+        if let Some(usage) = chunk.usage.filter(|usage| !usage.is_null()) {
+            self.usage = Some(usage);
         }
         for choice in chunk.choices.unwrap_or_default() {
             // keel asks for one choice; any other is ignored.
@@ -148,8 +149,8 @@ impl<'a> Assembler<'a> {
         if let Some(error) = completion.error.as_ref().filter(|error| !error.is_null()) {
             return Err(failure::in_band_error(error, self.secret));
         }
-        if let Some(usage) = completion.usage {
-            self.usage = Some(usage_from_wire(&usage));
+        if let Some(usage) = completion.usage.filter(|usage| !usage.is_null()) {
+            self.usage = Some(usage);
         }
         let choice = completion
             .choices
@@ -157,7 +158,7 @@ impl<'a> Assembler<'a> {
             .into_iter()
             .find(|choice| choice.index.unwrap_or(0) == 0)
             .ok_or_else(|| {
-                ModelError::new(ModelErrorKind::Stream, None, "completion has no choices")
+                ModelError::new(ModelErrorKind::InvalidResponse, None, "completion has no choices")
             })?;
         if let Some(message) = choice.message.or(choice.delta) {
             self.apply_delta(message, true);
@@ -182,7 +183,11 @@ impl<'a> Assembler<'a> {
         {
             self.push_reasoning(text);
         }
-        if let Some(content) = wire::text_of(delta.content.as_ref()) {
+        let (content, thinking) = wire::content_of(delta.content.as_ref());
+        if let Some(thinking) = thinking {
+            self.push_reasoning(thinking);
+        }
+        if let Some(content) = content {
             let mut pieces = Vec::new();
             self.think.push(&content, &mut pieces);
             self.emit(pieces);
@@ -251,7 +256,14 @@ impl<'a> Assembler<'a> {
             text: self.text,
             reasoning,
             tool_calls,
-            usage: self.usage.unwrap_or_default(),
+            usage: self
+                .usage
+                .as_ref()
+                .and_then(|usage| serde_json::from_value::<WireUsage>(usage.clone()).ok())
+                .as_ref()
+                .map(usage_from_wire)
+                .unwrap_or_default(),
+            raw_usage: self.usage,
             finish_reason,
         }
     }
@@ -259,39 +271,29 @@ impl<'a> Assembler<'a> {
 
 /// Maps a wire `usage` object to keel's [`Usage`].
 ///
-/// `output_tokens` excludes reasoning tokens. OpenAI's `completion_tokens` includes them,
-/// while some compatible servers (xAI, OpenRouter's upstreams) report them on top; the
-/// numbers tell which: when `total_tokens == prompt + completion + reasoning`, or when
-/// reasoning exceeds completion, completion already excludes reasoning and is kept as
-/// given; otherwise reasoning is subtracted from it.
+/// `output_tokens` excludes reasoning tokens. OpenAI documents `completion_tokens` as
+/// including `completion_tokens_details.reasoning_tokens` and `total_tokens` as prompt
+/// plus completion ("The chat completion object", `usage`:
+/// <https://platform.openai.com/docs/api-reference/chat/object#chat/object-usage>); some
+/// compatible servers report reasoning on top (xAI: total = prompt + completion +
+/// reasoning) or bill it unitemised (Gemini's compatibility endpoint: total above prompt
+/// plus completion). The totals decide ([`crate::usage::split_reasoning`]); without them,
+/// reasoning is inside the completion unless it is larger than the completion.
 pub(crate) fn usage_from_wire(usage: &WireUsage) -> Usage {
-    let reasoning_tokens =
-        usage.completion_tokens_details.and_then(|details| details.reasoning_tokens);
-    let output_tokens = match (usage.completion_tokens, reasoning_tokens) {
-        (Some(completion), Some(reasoning))
-            if reasoning > 0 && completion_includes_reasoning(usage, completion, reasoning) =>
-        {
-            Some(completion - reasoning)
-        }
-        (completion, _) => completion,
-    };
+    let reasoning = usage.completion_tokens_details.and_then(|details| details.reasoning_tokens);
+    let (output_tokens, reasoning_tokens) = crate::usage::split_reasoning(
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        reasoning,
+        usage.total_tokens,
+        crate::usage::WithoutTotals::InsideUnlessLarger,
+    );
     Usage {
         input_tokens: usage.prompt_tokens,
         output_tokens,
         cached_input_tokens: usage.prompt_tokens_details.and_then(|details| details.cached_tokens),
         reasoning_tokens,
     }
-}
-
-fn completion_includes_reasoning(usage: &WireUsage, completion: u64, reasoning: u64) -> bool {
-    if reasoning > completion {
-        return false;
-    }
-    let total_if_excluded = usage
-        .prompt_tokens
-        .and_then(|prompt| prompt.checked_add(completion))
-        .and_then(|sum| sum.checked_add(reasoning));
-    !(total_if_excluded.is_some() && total_if_excluded == usage.total_tokens)
 }
 
 /// One tool call while its fragments arrive.
@@ -654,7 +656,9 @@ mod tests {
             "completion_tokens_details": {"reasoning_tokens": 11}
         }))
         .unwrap();
-        assert_eq!(usage_from_wire(&usage).output_tokens, Some(10));
+        // The total says reasoning is inside the completion, whatever the details say.
+        assert_eq!(usage_from_wire(&usage).output_tokens, Some(0));
+        assert_eq!(usage_from_wire(&usage).reasoning_tokens, Some(10));
     }
 
     #[test]
@@ -777,6 +781,24 @@ mod tests {
         let on_delta = |_: StreamDelta| {};
         let mut assembler = Assembler::new(&on_delta, None);
         let error = assembler.apply_event("message", "{not json").unwrap_err();
-        assert_eq!(error.kind, ModelErrorKind::Stream);
+        assert_eq!(error.kind, ModelErrorKind::InvalidResponse);
+        assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn thinking_content_parts_are_reasoning_in_every_shape() {
+        let on_delta = |_: StreamDelta| {};
+        let mut assembler = Assembler::new(&on_delta, None);
+        for data in [
+            r#"{"choices":[{"delta":{"content":[{"type":"thinking","thinking":[{"type":"text","text":"Plan"}]}]}}]}"#,
+            r#"{"choices":[{"delta":{"content":[{"type":"thinking","thinking":" more."}]}}]}"#,
+            r#"{"choices":[{"delta":{"content":[{"type":"text","text":"4"}]}}]}"#,
+            r#"{"choices":[{"delta":{"content":""},"finish_reason":"stop"}]}"#,
+        ] {
+            assembler.apply_event("message", data).unwrap();
+        }
+        let response = assembler.finish();
+        assert_eq!(response.text, "4");
+        assert_eq!(response.reasoning[0].text, "Plan more.");
     }
 }

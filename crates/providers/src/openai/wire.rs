@@ -10,11 +10,13 @@
 //! fields (`content`, `reasoning`, `arguments`) are read as JSON values and interpreted
 //! afterwards, so one odd field never makes a whole chunk unreadable.
 
+use std::borrow::Cow;
+
 use keel_contracts::{Message, ModelRequest, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::arguments;
+use crate::{arguments, lenient, tooling};
 
 /// The body of `POST /chat/completions`.
 #[derive(Debug, Serialize)]
@@ -23,6 +25,9 @@ pub(crate) struct ChatRequest<'a> {
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    /// `"none"` when tools are off but defined (see `crate::tooling`); else omitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
     stream: bool,
     stream_options: StreamOptions,
 }
@@ -79,7 +84,7 @@ struct WireTool<'a> {
 struct WireFunction<'a> {
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    parameters: Cow<'a, Value>,
 }
 
 impl<'a> ChatRequest<'a> {
@@ -108,15 +113,16 @@ impl<'a> ChatRequest<'a> {
                 }
             });
         }
-        let tools = request
-            .tools
-            .iter()
+        let wire_tools = tooling::wire_tools(request);
+        let tools = wire_tools
+            .defined
+            .into_iter()
             .map(|tool| WireTool {
                 kind: "function",
                 function: WireFunction {
-                    name: &tool.name,
-                    description: &tool.description,
-                    parameters: &tool.parameters,
+                    name: tool.name,
+                    description: tool.description,
+                    parameters: tool.parameters,
                 },
             })
             .collect();
@@ -124,6 +130,7 @@ impl<'a> ChatRequest<'a> {
             model,
             messages,
             tools,
+            tool_choice: wire_tools.none.then_some("none"),
             stream: true,
             stream_options: StreamOptions { include_usage: true },
         }
@@ -142,8 +149,10 @@ fn wire_tool_call(tool_call: &ToolCall) -> WireToolCall<'_> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct ChatChunk {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) choices: Option<Vec<Choice>>,
-    pub(crate) usage: Option<WireUsage>,
+    /// The usage object as sent (kept raw; read with [`WireUsage`]).
+    pub(crate) usage: Option<Value>,
     /// An error reported inside the stream (OpenRouter and others).
     pub(crate) error: Option<Value>,
 }
@@ -152,8 +161,10 @@ pub(crate) struct ChatChunk {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct ChatCompletion {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) choices: Option<Vec<Choice>>,
-    pub(crate) usage: Option<WireUsage>,
+    /// The usage object as sent (kept raw; read with [`WireUsage`]).
+    pub(crate) usage: Option<Value>,
     pub(crate) error: Option<Value>,
 }
 
@@ -161,9 +172,13 @@ pub(crate) struct ChatCompletion {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct Choice {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) index: Option<u64>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) delta: Option<Delta>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) message: Option<Delta>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) finish_reason: Option<String>,
 }
 
@@ -177,6 +192,7 @@ pub(crate) struct Delta {
     /// OpenRouter, Groq and others.
     pub(crate) reasoning: Option<Value>,
     pub(crate) refusal: Option<Value>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
@@ -184,8 +200,11 @@ pub(crate) struct Delta {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct ToolCallDelta {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) index: Option<u64>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) id: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) function: Option<FunctionDelta>,
 }
 
@@ -193,6 +212,7 @@ pub(crate) struct ToolCallDelta {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct FunctionDelta {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) name: Option<String>,
     /// A string fragment per the format; an object is accepted from lenient servers.
     pub(crate) arguments: Option<Value>,
@@ -202,10 +222,15 @@ pub(crate) struct FunctionDelta {
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 #[serde(default)]
 pub(crate) struct WireUsage {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) prompt_tokens: Option<u64>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) completion_tokens: Option<u64>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) total_tokens: Option<u64>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) prompt_tokens_details: Option<PromptTokensDetails>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) completion_tokens_details: Option<CompletionTokensDetails>,
 }
 
@@ -213,6 +238,7 @@ pub(crate) struct WireUsage {
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 #[serde(default)]
 pub(crate) struct PromptTokensDetails {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) cached_tokens: Option<u64>,
 }
 
@@ -220,11 +246,35 @@ pub(crate) struct PromptTokensDetails {
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 #[serde(default)]
 pub(crate) struct CompletionTokensDetails {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) reasoning_tokens: Option<u64>,
 }
 
-/// The text of a loosely typed text field: a string, or an array of `{"type":"text",
-/// "text":...}` parts (concatenated); anything else has no text.
+/// The visible text and the reasoning of a `content` field: a string is text; an array of
+/// parts is split by part type: `{"type": "thinking", "thinking": …}` (Mistral's Magistral
+/// models; `thinking` a string or an array of text parts) and `{"type": "reasoning", …}`
+/// parts are reasoning, every other part's `text` is visible text.
+pub(crate) fn content_of(value: Option<&Value>) -> (Option<String>, Option<String>) {
+    let Some(Value::Array(parts)) = value else {
+        return (text_of(value), None);
+    };
+    let mut text = String::new();
+    let mut reasoning = String::new();
+    for part in parts {
+        let kind = part.get("type").and_then(Value::as_str);
+        if matches!(kind, Some("thinking" | "reasoning")) {
+            let inner = part.get("thinking").or_else(|| part.get("reasoning"));
+            let inner = inner.or_else(|| part.get("text"));
+            reasoning.push_str(&text_of(inner).unwrap_or_default());
+        } else {
+            text.push_str(&text_of(Some(part)).unwrap_or_default());
+        }
+    }
+    (Some(text), Some(reasoning).filter(|reasoning| !reasoning.is_empty()))
+}
+
+/// The text of a loosely typed text field: a string, a `{"text": …}` part, or an array of
+/// such parts (concatenated); anything else has no text.
 pub(crate) fn text_of(value: Option<&Value>) -> Option<String> {
     match value? {
         Value::String(text) => Some(text.clone()),
@@ -239,6 +289,7 @@ pub(crate) fn text_of(value: Option<&Value>) -> Option<String> {
                 .collect();
             Some(text)
         }
+        Value::Object(fields) => fields.get("text").and_then(Value::as_str).map(str::to_owned),
         _ => None,
     }
 }

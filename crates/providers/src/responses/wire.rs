@@ -21,11 +21,13 @@
 //! - Function tools are sent with `strict: false`: keel's tool schemas are plain JSON
 //!   Schema, not the strict subset.
 
+use std::borrow::Cow;
+
 use keel_contracts::{Message, ModelRequest, ReasoningPart, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::arguments;
+use crate::{arguments, lenient, tooling};
 
 /// What the caller may set besides the conversation.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +47,9 @@ pub(crate) struct ResponsesRequest<'a> {
     input: Vec<InputItem<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    /// `"none"` when tools are off but defined (see `crate::tooling`); else omitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
     stream: bool,
     store: bool,
     include: [&'static str; 1],
@@ -91,7 +96,7 @@ struct WireTool<'a> {
     kind: &'static str,
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    parameters: Cow<'a, Value>,
     strict: bool,
 }
 
@@ -123,14 +128,16 @@ impl<'a> ResponsesRequest<'a> {
                 }
             }
         }
-        let tools = request
-            .tools
-            .iter()
+        let wire_tools = tooling::wire_tools(request);
+        let tool_choice = wire_tools.none.then_some("none");
+        let tools = wire_tools
+            .defined
+            .into_iter()
             .map(|tool| WireTool {
                 kind: "function",
-                name: &tool.name,
-                description: &tool.description,
-                parameters: &tool.parameters,
+                name: tool.name,
+                description: tool.description,
+                parameters: tool.parameters,
                 strict: false,
             })
             .collect();
@@ -145,6 +152,7 @@ impl<'a> ResponsesRequest<'a> {
             instructions: Some(request.system.as_str()).filter(|system| !system.is_empty()),
             input,
             tools,
+            tool_choice,
             stream: true,
             store: false,
             include: ["reasoning.encrypted_content"],
@@ -180,17 +188,24 @@ fn function_call_item(tool_call: &ToolCall) -> InputItem<'_> {
 #[serde(default)]
 pub(crate) struct StreamEvent {
     #[serde(rename = "type")]
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) kind: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) output_index: Option<u64>,
     /// Which summary part of a reasoning item a summary event is about.
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) summary_index: Option<u64>,
     /// `response.output_item.added` / `.done`.
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) item: Option<OutputItem>,
     /// Text, argument and summary deltas.
+    #[serde(deserialize_with = "lenient::text")]
     pub(crate) delta: Option<String>,
     /// `response.function_call_arguments.done`.
+    #[serde(deserialize_with = "lenient::text")]
     pub(crate) arguments: Option<String>,
     /// `response.completed`, `.incomplete`, `.failed`.
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) response: Option<ResponseObject>,
 }
 
@@ -198,9 +213,13 @@ pub(crate) struct StreamEvent {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct ResponseObject {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) status: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) output: Option<Vec<OutputItem>>,
-    pub(crate) usage: Option<WireUsage>,
+    /// The usage object as sent (kept raw; read with [`WireUsage`]).
+    pub(crate) usage: Option<Value>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) incomplete_details: Option<IncompleteDetails>,
     pub(crate) error: Option<Value>,
 }
@@ -209,25 +228,51 @@ pub(crate) struct ResponseObject {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct IncompleteDetails {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) reason: Option<String>,
 }
 
-/// An output item: a message, a function call or a reasoning item (others are ignored).
+/// An output item: a message, a function call, a reasoning item, or an item of another
+/// kind (a hosted tool's call, or a call of a tool type keel never declares).
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(default)]
 pub(crate) struct OutputItem {
+    /// The item's id (`msg_…`, `fc_…`, `rs_…`): how the final `output` names the items
+    /// that streamed.
+    #[serde(deserialize_with = "lenient::option")]
+    pub(crate) id: Option<String>,
     #[serde(rename = "type")]
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) kind: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) status: Option<String>,
     /// A message's content parts (`output_text`, `refusal`).
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) content: Option<Vec<ContentPartOut>>,
     /// A function call's fields.
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) call_id: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) name: Option<String>,
+    #[serde(deserialize_with = "lenient::text")]
     pub(crate) arguments: Option<String>,
     /// A reasoning item's fields.
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) summary: Option<Vec<ContentPartOut>>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) encrypted_content: Option<String>,
+    /// A `custom_tool_call`'s free-form input.
+    #[serde(deserialize_with = "lenient::text")]
+    pub(crate) input: Option<String>,
+    /// A `local_shell_call`'s or `shell_call`'s action, an `apply_patch_call`'s operation.
+    pub(crate) action: Option<Value>,
+    pub(crate) operation: Option<Value>,
+    /// Who runs a tool-search call (`client` or `server`).
+    #[serde(deserialize_with = "lenient::option")]
+    pub(crate) execution: Option<String>,
+    /// Where a `shell_call` runs: absent or `local` on the client, a container on the
+    /// server.
+    pub(crate) environment: Option<Value>,
 }
 
 /// A content or summary part of an output item.
@@ -235,8 +280,11 @@ pub(crate) struct OutputItem {
 #[serde(default)]
 pub(crate) struct ContentPartOut {
     #[serde(rename = "type")]
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) kind: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) text: Option<String>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) refusal: Option<String>,
 }
 
@@ -244,9 +292,15 @@ pub(crate) struct ContentPartOut {
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 #[serde(default)]
 pub(crate) struct WireUsage {
+    #[serde(deserialize_with = "lenient::option")]
+    pub(crate) total_tokens: Option<u64>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) input_tokens: Option<u64>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) input_tokens_details: Option<InputTokensDetails>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) output_tokens: Option<u64>,
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) output_tokens_details: Option<OutputTokensDetails>,
 }
 
@@ -254,6 +308,7 @@ pub(crate) struct WireUsage {
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 #[serde(default)]
 pub(crate) struct InputTokensDetails {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) cached_tokens: Option<u64>,
 }
 
@@ -261,5 +316,6 @@ pub(crate) struct InputTokensDetails {
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 #[serde(default)]
 pub(crate) struct OutputTokensDetails {
+    #[serde(deserialize_with = "lenient::option")]
     pub(crate) reasoning_tokens: Option<u64>,
 }

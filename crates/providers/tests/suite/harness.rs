@@ -105,6 +105,12 @@ impl Reply {
         self
     }
 
+    /// Sends the body in pieces of `n_bytes` (at least 1).
+    pub(crate) fn chunked(mut self, n_bytes: usize) -> Self {
+        self.chunk_bytes = n_bytes.max(1);
+        self
+    }
+
     pub(crate) fn abort_after(mut self, n_bytes: usize) -> Self {
         self.abort_after_bytes = Some(n_bytes);
         self
@@ -154,10 +160,99 @@ impl Received {
     }
 }
 
+/// A wire API's rules about tools, enforced by a [`MockServer`] as the real API does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ToolRules {
+    /// Anthropic Messages: `tool_use`/`tool_result` blocks need `tools` ("Requests which
+    /// include `tool_use` or `tool_result` blocks must define tools."), and `tool_choice`
+    /// is one of `auto`, `any`, `tool`, `none` and needs `tools`.
+    Messages,
+    /// OpenAI Chat Completions: `tool_choice` only beside `tools` (OpenAI's own rule);
+    /// assistant `tool_calls` and `tool` messages need `tools` (the stricter rule of
+    /// compatible servers that translate to the Messages API).
+    Chat,
+    /// OpenAI Responses: `tool_choice` only beside `tools`; `function_call` and
+    /// `function_call_output` input items need `tools` (as for Chat).
+    Responses,
+}
+
+impl ToolRules {
+    /// The 400 body the API answers `body` with, or `None` when the body keeps the rules.
+    fn violation(self, body: &Value) -> Option<Value> {
+        let tools = body["tools"].as_array().is_some_and(|tools| !tools.is_empty());
+        let choice = body.get("tool_choice").filter(|choice| !choice.is_null());
+        let openai_error = |message: &str, param: &str| {
+            serde_json::json!({"error": {"message": message, "type": "invalid_request_error",
+                "param": param, "code": null}})
+        };
+        match self {
+            ToolRules::Messages => {
+                let blocks =
+                    body["messages"].as_array().into_iter().flatten().flat_map(|message| {
+                        message["content"].as_array().cloned().unwrap_or_default()
+                    });
+                let mut tool_blocks = blocks.filter(|block| {
+                    matches!(block["type"].as_str(), Some("tool_use" | "tool_result"))
+                });
+                let error = |message: &str| {
+                    serde_json::json!({"type": "error", "error":
+                        {"type": "invalid_request_error", "message": message}})
+                };
+                if tool_blocks.next().is_some() && !tools {
+                    return Some(error(
+                        "Requests which include `tool_use` or `tool_result` blocks must define tools.",
+                    ));
+                }
+                if let Some(choice) = choice {
+                    if !tools {
+                        return Some(error(
+                            "tool_choice may only be specified while providing tools.",
+                        ));
+                    }
+                    if !matches!(choice["type"].as_str(), Some("auto" | "any" | "tool" | "none")) {
+                        return Some(error(
+                            "tool_choice: Input tag does not match any of the expected tags",
+                        ));
+                    }
+                }
+                None
+            }
+            ToolRules::Chat => {
+                if choice.is_some() && !tools {
+                    return Some(openai_error(
+                        "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+                        "tool_choice",
+                    ));
+                }
+                let tool_history = body["messages"].as_array().into_iter().flatten().any(|m| {
+                    m["role"] == "tool" || m["tool_calls"].as_array().is_some_and(|c| !c.is_empty())
+                });
+                (tool_history && !tools).then(|| {
+                    openai_error("messages with tool calls or results need 'tools'", "tools")
+                })
+            }
+            ToolRules::Responses => {
+                if choice.is_some() && !tools {
+                    return Some(openai_error(
+                        "Tool choice 'none' is only allowed when 'tools' are specified.",
+                        "tool_choice",
+                    ));
+                }
+                let tool_history = body["input"].as_array().into_iter().flatten().any(|item| {
+                    matches!(item["type"].as_str(), Some("function_call" | "function_call_output"))
+                });
+                (tool_history && !tools)
+                    .then(|| openai_error("function call items need 'tools'", "tools"))
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 struct ServerState {
     replies: Vec<Reply>,
     received: Mutex<Vec<Received>>,
+    rules: Option<ToolRules>,
 }
 
 /// A server on 127.0.0.1 that answers the n-th POST, whatever its path, with the n-th
@@ -173,8 +268,17 @@ pub(crate) struct MockServer {
 
 impl MockServer {
     pub(crate) async fn start(replies: Vec<Reply>) -> MockServer {
+        MockServer::start_with(replies, None).await
+    }
+
+    /// A server that answers 400, as the real API does, to a request breaking `rules`.
+    pub(crate) async fn enforcing(rules: ToolRules, replies: Vec<Reply>) -> MockServer {
+        MockServer::start_with(replies, Some(rules)).await
+    }
+
+    async fn start_with(replies: Vec<Reply>, rules: Option<ToolRules>) -> MockServer {
         assert!(!replies.is_empty());
-        let state = Arc::new(ServerState { replies, received: Mutex::new(Vec::new()) });
+        let state = Arc::new(ServerState { replies, received: Mutex::new(Vec::new()), rules });
         let router = Router::new().fallback(handle).with_state(Arc::clone(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -255,6 +359,10 @@ async fn handle(
         });
         received.len() - 1
     };
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let Some(violation) = state.rules.and_then(|rules| rules.violation(&parsed)) {
+        return Reply::json(400, &violation).into_response();
+    }
     let reply = &state.replies[n_request.min(state.replies.len() - 1)];
     reply.clone().into_response()
 }

@@ -42,9 +42,15 @@ async fn recording_04_tool_arguments_in_59_fragments() {
 async fn recording_05_non_stream_tool_call_with_empty_id_gets_a_minted_id() {
     let replay = replay("05-gemini-compat-tool-call-empty-id").await;
     let response = replay.check_ok();
-    // total_tokens (109) is not recomputed into anything; the parts are as reported.
-    assert_eq!(response.usage.reasoning_tokens, None);
+    // Gemini bills thinking inside total_tokens without itemising it: 35 + 12 < 109, so
+    // the 62 tokens between are reasoning (usage rule 3, `keel_providers` usage.rs), and
+    // the provider's own object is kept beside the normalised one.
+    assert_eq!(response.usage.reasoning_tokens, Some(62));
+    assert_eq!(response.usage.output_tokens, Some(12));
     assert_eq!(response.usage.cached_input_tokens, None);
+    let raw = response.raw_usage.as_ref().expect("raw usage kept");
+    assert_eq!(raw["total_tokens"], 109);
+    assert_eq!(raw["completion_tokens"], 12);
     // A second replay mints a different id.
     let again = super::harness::replay("05-gemini-compat-tool-call-empty-id").await;
     assert_ne!(again.check_ok().tool_calls[0].call_id, response.tool_calls[0].call_id);
