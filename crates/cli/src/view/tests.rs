@@ -62,6 +62,7 @@ impl Ledger {
             finish_reason: FinishReason::ToolCalls,
             cost_usd: Some(0.0031),
             estimated_usage: None,
+            raw_usage: None,
             purpose: keel_contracts::RequestPurpose::Conversation,
         })
     }
@@ -225,6 +226,7 @@ fn scripted_run() -> Ledger {
             finish_reason: FinishReason::Stop,
             cost_usd: Some(0.004),
             estimated_usage: None,
+            raw_usage: None,
             purpose: keel_contracts::RequestPurpose::Conversation,
         })
         .push(EventKind::RunCompleted {
@@ -346,6 +348,7 @@ fn hostile_run(text: &str, path: &str, output: &str) -> Ledger {
             finish_reason: FinishReason::Stop,
             cost_usd: None,
             estimated_usage: None,
+            raw_usage: None,
             purpose: keel_contracts::RequestPurpose::Conversation,
         });
     ledger
