@@ -109,6 +109,7 @@ pub(crate) fn context(workspace: &Path) -> ToolContext {
         call_id: ToolCallId::from("c1"),
         sandbox: SandboxMode::Managed,
         boundary: Default::default(),
+        denied_paths: Default::default(),
     }
 }
 

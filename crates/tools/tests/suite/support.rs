@@ -52,6 +52,7 @@ pub(crate) fn context(root: &Path, sandbox: SandboxMode) -> ToolContext {
         call_id: ToolCallId("c1".to_owned()),
         sandbox,
         boundary: Default::default(),
+        denied_paths: Default::default(),
     }
 }
 
