@@ -615,7 +615,7 @@ mod tests {
     fn simple(text: &str) -> Vec<String> {
         match parse(text) {
             CommandLine::Simple(commands) => commands.iter().map(SimpleCommand::text).collect(),
-            other => panic!("{text}: {other:?}"),
+            other @ CommandLine::Unresolved { .. } => panic!("{text}: {other:?}"),
         }
     }
 
@@ -623,7 +623,7 @@ mod tests {
     fn unresolved(text: &str) -> Vec<String> {
         match parse(text) {
             line @ CommandLine::Unresolved { .. } => texts(&line),
-            other => panic!("{text} should be unresolved: {other:?}"),
+            other @ CommandLine::Simple(_) => panic!("{text} should be unresolved: {other:?}"),
         }
     }
 

@@ -22,8 +22,7 @@ async fn redteam_data_results_are_marked_with_their_source_in_the_request() {
     let (kernel, requests) = harness.recording_kernel(script);
     let session = harness.session(&kernel).await;
     kernel.run_turn(session, "t", &harness.run_config(), &Cancellation::new()).await.unwrap();
-    let requests = requests.lock().unwrap();
-    let last = &requests[1];
+    let last = requests.lock().unwrap()[1].clone();
     let shown: Vec<String> = last
         .messages
         .iter()

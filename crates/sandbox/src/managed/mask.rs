@@ -133,7 +133,7 @@ mod tests {
         assert_eq!(masks.points, vec![(root.join(".env"), false), (root.join("secrets"), true)]);
         assert_eq!(masks.mounts().unwrap().len(), 2);
         for bad in [PathBuf::from("relative"), root.join("missing"), PathBuf::from("/")] {
-            assert!(Masks::prepare(&[bad.clone()]).is_err(), "{}", bad.display());
+            assert!(Masks::prepare(std::slice::from_ref(&bad)).is_err(), "{}", bad.display());
         }
         assert!(Masks::prepare(&[]).unwrap().mounts().unwrap().is_empty());
     }
