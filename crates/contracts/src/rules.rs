@@ -16,7 +16,8 @@
 //! `path(P)`, `read_file(P)`, `grep(P)`, `glob(P)` or `list_dir(P)` — also holds for
 //! commands: [`PermissionRules::denied_paths`] is the set the bash tool masks inside the
 //! sandbox (empty and read-only), and the set grep, glob and list_dir skip. A deny rule on
-//! `write_file`/`edit_file` alone binds only those tools.
+//! `write_file(P)`/`edit_file(P)` makes `P` read-only for commands
+//! ([`PermissionRules::write_denied_paths`]); it stays readable.
 //!
 //! **Command rules** are decided per simple command: the caller splits the command line
 //! with a shell parser into a [`CommandLine`] (this crate parses no shell syntax beyond a
@@ -36,6 +37,8 @@ pub const PATH_RULE: &str = "path";
 
 /// Tools whose deny rules deny reading a path, and so also mask it for commands.
 const READ_DENYING_TOOLS: &[&str] = &[PATH_RULE, "read_file", "grep", "glob", "list_dir"];
+/// Tools whose deny rules deny writing a path, and so make it read-only for commands.
+const WRITE_DENYING_TOOLS: &[&str] = &["write_file", "edit_file"];
 
 /// Characters that make a command line more than a plain list of words for the shell.
 const SHELL_SPECIAL: &[char] = &[
@@ -460,6 +463,18 @@ impl PermissionRules {
             .map(|rule| (PermissionAnswer::AllowOnce, rule))
     }
 
+    /// The paths denied for writing only, made read-only for commands: the patterns of
+    /// deny rules on `write_file` and `edit_file`.
+    pub fn write_denied_paths(&self, workspace: &str) -> DeniedPaths {
+        DeniedPaths::new(
+            self.deny
+                .iter()
+                .filter(|rule| WRITE_DENYING_TOOLS.contains(&rule.tool.as_str()))
+                .filter_map(|rule| rule.pattern.as_deref()),
+            workspace,
+        )
+    }
+
     /// The paths denied for reading, and so masked for commands and skipped by searches:
     /// the patterns of deny rules on `path`, `read_file`, `grep`, `glob` and `list_dir`.
     /// A bare `TOOL` rule names no path and is not included.
@@ -700,6 +715,7 @@ rm x",
         assert_eq!(denied.patterns(), ["**/.env", "secrets/**"]);
         assert!(denied.covers("secrets/deep/key") && denied.covers("a/b/.env"));
         assert!(!denied.covers("gen/out.rs"), "a write-only deny does not hide a path");
+        assert_eq!(set.write_denied_paths("/ws").patterns(), ["gen/**"]);
         assert!(Rule::parse("path").is_err());
     }
 

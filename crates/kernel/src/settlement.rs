@@ -76,6 +76,8 @@ pub(crate) struct CallState<'a> {
     rules: PermissionRules,
     /// What the rules deny reading, for the tools (masks for commands, skipped by searches).
     denied_paths: keel_contracts::DeniedPaths,
+    /// What the rules deny writing, for commands (read-only).
+    write_denied_paths: keel_contracts::DeniedPaths,
     /// When the run's time budget runs out.
     deadline: Option<tokio::time::Instant>,
     /// Set when the deadline passed while the last tool ran.
@@ -161,12 +163,14 @@ impl<'a> CallState<'a> {
             revision,
         } = policy;
         let denied_paths = rules.denied_paths(&workspace.display().to_string());
+        let write_denied_paths = rules.write_denied_paths(&workspace.display().to_string());
         CallState {
             deps,
             registry,
             children,
             run,
             denied_paths,
+            write_denied_paths,
             remaining: Budget::default(),
             failpoints,
             child_spent: UsageTotals::default(),
@@ -549,6 +553,7 @@ impl<'a> CallState<'a> {
             sandbox: self.sandbox,
             boundary: self.boundary.clone(),
             denied_paths: self.denied_paths.clone(),
+            write_denied_paths: self.write_denied_paths.clone(),
         };
         if spec.intrinsic && name == REQUEST_BOUNDARY {
             let output = self.negotiate_boundary(ledger, &call, &arguments_sha256, cancel).await?;

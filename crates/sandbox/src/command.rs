@@ -56,7 +56,7 @@ pub struct CommandSpec {
     workspace: Option<PathBuf>,
     extra: Boundary,
     landlock_abi_ceiling: Option<u8>,
-    deny_paths: Vec<PathBuf>,
+    deny_paths: Vec<(PathBuf, managed::Denial)>,
 }
 
 impl CommandSpec {
@@ -167,12 +167,21 @@ impl CommandSpec {
     /// applied, and in bypass mode when `paths` is not empty.
     #[must_use]
     pub fn deny_paths(mut self, paths: Vec<PathBuf>) -> Self {
-        self.deny_paths.extend(paths);
+        self.deny_paths.extend(paths.into_iter().map(|path| (path, managed::Denial::Hide)));
         self
     }
 
-    /// The paths masked for the command ([`CommandSpec::deny_paths`]).
-    pub fn denied_paths(&self) -> &[PathBuf] {
+    /// Makes `paths` (absolute, existing) read-only for the command in managed mode (deny
+    /// rules on writing): each is bind-mounted onto itself read-only. Refused like
+    /// [`CommandSpec::deny_paths`].
+    #[must_use]
+    pub fn deny_writes(mut self, paths: Vec<PathBuf>) -> Self {
+        self.deny_paths.extend(paths.into_iter().map(|path| (path, managed::Denial::ReadOnly)));
+        self
+    }
+
+    /// The paths hidden or made read-only by deny rules.
+    pub(crate) fn denied_paths(&self) -> &[(PathBuf, managed::Denial)] {
         &self.deny_paths
     }
 

@@ -11,6 +11,8 @@ mod mask;
 mod protected;
 mod seccomp;
 
+pub(crate) use mask::Denial;
+
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;

@@ -153,12 +153,25 @@ fn redteam_rules_searches_skip_denied_paths() {
         ("list_dir", json!({"path": "secrets"})),
         ("list_dir", json!({"path": "app"})),
         ("read_file", json!({"path": "secrets/key"})),
+        ("edit_file", json!({"path": "secrets/key", "old": CANARY, "new": "x"})),
+        ("write_file", json!({"path": "secrets/planted", "content": "x"})),
         ("grep", json!({"pattern": "NEIGHBOUR"})),
         ("read_file", json!({"path": "src/ok.txt"})),
     ];
-    let output = run(&env, &ws, &calls, &[]);
+    let output = run(&env, &ws, &calls, &["--approval", "auto"]);
     let results = results(&output);
-    let names = ["grep .", "grep file", "glob", "list secrets", "list app", "read", "n1", "n2"];
+    let names = [
+        "grep .",
+        "grep file",
+        "glob",
+        "list secrets",
+        "list app",
+        "read",
+        "edit",
+        "write",
+        "n1",
+        "n2",
+    ];
     assert_no_canary(&results, &names);
     assert!(!results[2].content.contains("secrets/") && !results[2].content.contains(".env"));
     assert!(results[2].content.contains("src/ok.txt"), "{}", results[2].content);
@@ -166,8 +179,43 @@ fn redteam_rules_searches_skip_denied_paths() {
     assert!(!results[4].content.contains(".env"), "{}", results[4].content);
     assert_eq!(results[1].outcome, "error", "{}", results[1].content);
     assert_eq!(results[5].outcome, "refused");
-    assert!(results[6].content.contains("src/ok.txt:1:"), "{}", results[6].content);
-    assert!(results[7].content.contains(NEIGHBOUR), "{}", results[7].content);
+    assert_eq!((results[6].outcome.as_str(), results[7].outcome.as_str()), ("error", "error"));
+    assert_eq!(std::fs::read_to_string(ws.join("secrets/key")).unwrap(), format!("{CANARY}\n"));
+    assert!(!ws.join("secrets/planted").exists());
+    assert!(results[8].content.contains("src/ok.txt:1:"), "{}", results[8].content);
+    assert!(results[9].content.contains(NEIGHBOUR), "{}", results[9].content);
+}
+
+/// A deny rule on writing a path makes it read-only for commands; it stays readable, and
+/// the rest of the workspace stays writable.
+#[test]
+fn redteam_rules_a_write_deny_makes_the_path_read_only_for_commands() {
+    let env = Env::new();
+    let ws = workspace(&env);
+    std::fs::create_dir_all(ws.join("src/gen")).unwrap();
+    std::fs::write(ws.join("src/gen/out.rs"), "generated\n").unwrap();
+    std::fs::write(ws.join("Cargo.lock"), "locked\n").unwrap();
+    config(&env, r#"deny = ["write_file(src/gen/**)", "edit_file(Cargo.lock)"]"#);
+    let attempts = [
+        "echo pwned > src/gen/out.rs",
+        "sed -i s/generated/pwned/ src/gen/out.rs",
+        "rm -f src/gen/out.rs; touch src/gen/new.rs",
+        "cp src/ok.txt Cargo.lock; echo pwned >> Cargo.lock",
+        "mv src/gen src/moved",
+    ];
+    let neighbour = "cat src/gen/out.rs Cargo.lock && echo fine > src/other.rs && cat src/other.rs";
+    let calls: Vec<_> = attempts.iter().chain(&[neighbour]).map(|command| bash(command)).collect();
+    let output = run(&env, &ws, &calls, &["--approval", "auto"]);
+    let results = results(&output);
+    assert_eq!(results.len(), attempts.len() + 1);
+    let last = &results[attempts.len()].content;
+    assert!(
+        last.contains("generated") && last.contains("locked") && last.contains("fine"),
+        "{last}"
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("src/gen/out.rs")).unwrap(), "generated\n");
+    assert_eq!(std::fs::read_to_string(ws.join("Cargo.lock")).unwrap(), "locked\n");
+    assert!(!ws.join("src/gen/new.rs").exists() && !ws.join("src/moved").exists());
 }
 
 /// An allow rule covers a command line only when it covers every simple command in it.

@@ -110,6 +110,7 @@ pub(crate) fn context(workspace: &Path) -> ToolContext {
         sandbox: SandboxMode::Managed,
         boundary: Default::default(),
         denied_paths: Default::default(),
+        write_denied_paths: Default::default(),
     }
 }
 

@@ -53,6 +53,7 @@ pub(crate) fn context(root: &Path, sandbox: SandboxMode) -> ToolContext {
         sandbox,
         boundary: Default::default(),
         denied_paths: Default::default(),
+        write_denied_paths: Default::default(),
     }
 }
 
