@@ -174,7 +174,10 @@ impl DeniedPaths {
     /// assert!(!denied.covers("secrets"));
     /// ```
     pub fn covers(&self, path: &str) -> bool {
-        let path = normalize_path(path, "");
+        if self.patterns.is_empty() {
+            return false;
+        }
+        let path = normalized(path);
         self.patterns.iter().any(|pattern| covers(pattern, &path))
     }
 }
@@ -194,12 +197,28 @@ impl DeniedPaths {
     /// assert!(!denied.hides_everything_under("src"));
     /// ```
     pub fn hides_everything_under(&self, dir: &str) -> bool {
-        let dir = normalize_path(dir, "");
+        let dir = normalized(dir);
         let slashed = format!("{dir}/");
         self.patterns.iter().any(|pattern| {
             covers(pattern, &dir)
                 || pattern.ends_with('*') && wildcard_match(pattern.as_bytes(), slashed.as_bytes())
         })
+    }
+}
+
+/// `path` normalized, borrowed when it already is (the common case in a walk).
+fn normalized(path: &str) -> std::borrow::Cow<'_, str> {
+    let clean = !path.is_empty()
+        && !path.ends_with('/')
+        && !path.contains("//")
+        && path
+            .split('/')
+            .skip(usize::from(path.starts_with('/')))
+            .all(|part| part != "." && part != "..");
+    if clean {
+        std::borrow::Cow::Borrowed(path)
+    } else {
+        std::borrow::Cow::Owned(normalize_path(path, ""))
     }
 }
 
@@ -717,6 +736,14 @@ rm x",
         assert!(!denied.covers("gen/out.rs"), "a write-only deny does not hide a path");
         assert_eq!(set.write_denied_paths("/ws").patterns(), ["gen/**"]);
         assert!(Rule::parse("path").is_err());
+    }
+
+    proptest::proptest! {
+        /// The borrowed fast path never differs from full normalization.
+        #[test]
+        fn normalized_agrees_with_normalize_path(path in "[a./]{0,12}") {
+            proptest::prop_assert_eq!(normalized(&path).into_owned(), normalize_path(&path, ""));
+        }
     }
 
     #[test]

@@ -680,6 +680,8 @@ mod tests {
         unresolved("trap 'rm x' EXIT");
         unresolved("r? -rf x");
         unresolved("echo $(( $(rm x) + 1 ))");
+        unresolved("$'\\x72m' -rf x");
+        unresolved("cat <<EOF\n$(rm x)");
         let deep = format!("{}git status{}", "$(".repeat(12), ")".repeat(12));
         unresolved(&deep);
         unresolved(&"x".repeat(MAX_LINE_BYTES + 1));
