@@ -14,8 +14,11 @@
 //! What cannot be resolved from the text makes the line [`CommandLine::Unresolved`], which
 //! rules never allow: a parse error, `eval`, `trap` and `alias` with a command string, a
 //! command name built at run time (`$X`, `$(…)`, an unquoted glob), an `env` or `xargs`
-//! option this module does not know, arithmetic holding a substitution, too deep nesting
-//! or too many commands.
+//! option this module does not know, too deep nesting or too many commands — and code bash
+//! would evaluate later from a value: arithmetic over variables (`$((X))`, `[[ $X -eq 1 ]]`,
+//! subscripts, substring offsets, `let`, `declare -i`), `${X@P}`, quoted text holding `$(`
+//! or a backtick (outside a `sh -c` string, which is parsed), and builtins that take a
+//! variable name given one only known at run time.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -51,6 +54,9 @@ struct Value {
     fixed: bool,
     /// An unquoted glob character (`*`, `?`, `[`) is in it.
     glob: bool,
+    /// Its literal text holds `$(` or a backtick: code bash could run later (an
+    /// arithmetic subscript, `trap`, `printf -v`), not a substitution now.
+    code: bool,
 }
 
 struct Walker {
@@ -183,16 +189,63 @@ impl Walker {
             ast::ExtendedTestExpr::UnaryTest(_, word) => {
                 self.word(&word.value, depth);
             }
-            ast::ExtendedTestExpr::BinaryTest(_, left, right) => {
-                self.word(&left.value, depth);
-                self.word(&right.value, depth);
+            ast::ExtendedTestExpr::BinaryTest(predicate, left, right) => {
+                let left = self.word(&left.value, depth);
+                let right = self.word(&right.value, depth);
+                let arithmetic = matches!(
+                    predicate,
+                    ast::BinaryPredicate::ArithmeticEqualTo
+                        | ast::BinaryPredicate::ArithmeticNotEqualTo
+                        | ast::BinaryPredicate::ArithmeticLessThan
+                        | ast::BinaryPredicate::ArithmeticLessThanOrEqualTo
+                        | ast::BinaryPredicate::ArithmeticGreaterThan
+                        | ast::BinaryPredicate::ArithmeticGreaterThanOrEqualTo
+                );
+                if arithmetic {
+                    self.arithmetic(&left.text);
+                    self.arithmetic(&right.text);
+                }
             }
         }
     }
 
+    /// Arithmetic runs what a variable's value spells (`a[$(…)]`), so only literal
+    /// numbers and operators are resolved.
     fn arithmetic(&mut self, expr: &str) {
-        if expr.contains("$(") || expr.contains('`') {
-            self.unresolved("a command substitution inside arithmetic");
+        if expr.contains(|c: char| c.is_ascii_alphabetic() || matches!(c, '$' | '`' | '_')) {
+            self.unresolved("arithmetic over variables, which can run what their values hold");
+        }
+    }
+
+    /// A parameter expansion that runs code or arithmetic: a substitution inside it,
+    /// a transformation (`${X@P}`), a subscript or a substring offset with a variable.
+    fn parameter(&mut self, source: &str) {
+        if source.contains("$(") || source.contains('`') || source.contains("<(") {
+            return self.unresolved("a command substitution inside a parameter expansion");
+        }
+        let Some(inner) = source.strip_prefix("${").and_then(|rest| rest.strip_suffix('}')) else {
+            return;
+        };
+        let inner = inner.trim_start_matches(['!', '#']);
+        let name_end =
+            inner.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(inner.len());
+        let rest = &inner[name_end..];
+        let variable = |text: &str| text.contains(|c: char| c.is_ascii_alphabetic() || c == '$');
+        let risky = if let Some(subscript) = rest.strip_prefix('[') {
+            let index = subscript.split(']').next().unwrap_or_default();
+            !matches!(index, "@" | "*") && variable(index)
+        } else if let Some(after) = rest.strip_prefix(':') {
+            !after.starts_with(['-', '=', '+', '?']) && variable(after)
+        } else if let Some(after) = rest.strip_prefix('@') {
+            after.starts_with(|c: char| c.is_ascii_alphabetic())
+        } else {
+            false
+        };
+        if risky {
+            self.unresolved(format!(
+                "the parameter expansion `{source}` can run code (a transformation, a \
+                 subscript or an offset)"
+            ));
         }
     }
 
@@ -263,7 +316,12 @@ impl Walker {
                     }
                     ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, subshell) => {
                         self.list(&subshell.list, depth);
-                        words.push(Value { text: "<(…)".into(), fixed: false, glob: false });
+                        words.push(Value {
+                            text: "<(…)".into(),
+                            fixed: false,
+                            glob: false,
+                            code: false,
+                        });
                     }
                 },
             }
@@ -272,18 +330,23 @@ impl Walker {
     }
 
     fn assignment(&mut self, assignment: &ast::Assignment, depth: usize) {
+        if let ast::AssignmentName::ArrayElementName(_, index) = &assignment.name {
+            self.arithmetic(index);
+        }
+        let mut values = Vec::new();
         match &assignment.value {
-            ast::AssignmentValue::Scalar(word) => {
-                self.word(&word.value, depth);
-            }
+            ast::AssignmentValue::Scalar(word) => values.push(self.word(&word.value, depth)),
             ast::AssignmentValue::Array(elements) => {
                 for (key, value) in elements {
                     if let Some(key) = key {
-                        self.word(&key.value, depth);
+                        self.arithmetic(&key.value);
                     }
-                    self.word(&value.value, depth);
+                    values.push(self.word(&value.value, depth));
                 }
             }
+        }
+        if values.iter().any(|value| value.code) {
+            self.unresolved("an assignment of text that holds a command substitution");
         }
     }
 
@@ -336,7 +399,12 @@ impl Walker {
                 Some(n) if n >= words.len() => {
                     // A wrapper with nothing to wrap runs itself (`xargs` alone: `echo`).
                     if base == "xargs" {
-                        words = vec![Value { text: "echo".into(), fixed: true, glob: false }];
+                        words = vec![Value {
+                            text: "echo".into(),
+                            fixed: true,
+                            glob: false,
+                            code: false,
+                        }];
                     }
                     break;
                 }
@@ -354,7 +422,7 @@ impl Walker {
         if name.text.contains('/') {
             // `/bin/rm` is also `rm` for deny rules (and must be allowed as both).
             let mut alias: Vec<Value> = Vec::with_capacity(words.len());
-            alias.push(Value { text: base.clone(), fixed: true, glob: false });
+            alias.push(Value { text: base.clone(), fixed: true, glob: false, code: false });
             alias.extend(words.iter().skip(1).map(Value::copy));
             self.record(&alias);
         }
@@ -431,6 +499,40 @@ impl Walker {
         if words.is_empty() {
             return;
         }
+        if words.iter().any(|word| word.code) {
+            self.unresolved(
+                "a quoted string holds a command substitution, which bash could run later",
+            );
+        }
+        let name = basename(&words[0].text);
+        let names_variables = matches!(
+            name,
+            "read"
+                | "printf"
+                | "declare"
+                | "typeset"
+                | "local"
+                | "export"
+                | "readonly"
+                | "unset"
+                | "mapfile"
+                | "readarray"
+                | "getopts"
+                | "wait"
+        );
+        if name == "let" {
+            self.unresolved("`let` evaluates arithmetic over variables");
+        } else if names_variables
+            && words[1..].iter().any(|word| {
+                !word.fixed
+                    || word.text.contains('[')
+                    || word.text.starts_with('-') && word.text.contains('i')
+            })
+        {
+            self.unresolved(format!(
+                "`{name}` with a variable name, subscript or integer flag only known at run time"
+            ));
+        }
         if self.found.len() >= MAX_COMMANDS {
             return self.unresolved(format!("more than {MAX_COMMANDS} commands"));
         }
@@ -446,7 +548,7 @@ impl Walker {
             Ok(Ok(pieces)) => self.pieces(raw, &pieces, depth, true),
             _ => {
                 self.unresolved(format!("the word `{raw}` could not be parsed"));
-                Value { text: raw.to_owned(), fixed: false, glob: false }
+                Value { text: raw.to_owned(), fixed: false, glob: false, code: false }
             }
         }
     }
@@ -458,7 +560,9 @@ impl Walker {
         depth: usize,
         unquoted: bool,
     ) -> Value {
-        let mut value = Value { text: String::new(), fixed: true, glob: false };
+        let mut value = Value { text: String::new(), fixed: true, glob: false, code: false };
+        // The literal text only, with a NUL where something is expanded.
+        let mut literal = String::new();
         for piece in pieces {
             let source = raw.get(piece.start_index..piece.end_index).unwrap_or(raw);
             match &piece.piece {
@@ -467,50 +571,68 @@ impl Walker {
                         value.glob = true;
                     }
                     value.text.push_str(text);
+                    literal.push_str(text);
                 }
-                WordPiece::SingleQuotedText(text) => value.text.push_str(text),
+                WordPiece::SingleQuotedText(text) => {
+                    value.text.push_str(text);
+                    literal.push_str(text);
+                }
                 WordPiece::AnsiCQuotedText(text) => {
                     if text.contains('\\') {
                         value.fixed = false;
                         value.text.push_str(source);
+                        literal.push('\0');
                     } else {
                         value.text.push_str(text);
+                        literal.push_str(text);
                     }
                 }
                 WordPiece::DoubleQuotedSequence(inner)
                 | WordPiece::GettextDoubleQuotedSequence(inner) => {
                     let inner = self.pieces(raw, inner, depth, false);
                     value.fixed &= inner.fixed;
+                    value.code |= inner.code;
                     value.text.push_str(&inner.text);
+                    literal.push('\0');
                 }
-                WordPiece::TildeExpansion(_) => value.text.push_str(source),
+                WordPiece::TildeExpansion(_) => {
+                    value.text.push_str(source);
+                    literal.push('\0');
+                }
                 WordPiece::ParameterExpansion(_) => {
+                    self.parameter(source);
                     value.fixed = false;
                     value.text.push_str(source);
+                    literal.push('\0');
                 }
                 WordPiece::CommandSubstitution(inner)
                 | WordPiece::BackquotedCommandSubstitution(inner) => {
                     self.line(inner, depth + 1);
                     value.fixed = false;
                     value.text.push_str(source);
+                    literal.push('\0');
                 }
                 WordPiece::EscapeSequence(escaped) => {
-                    value.text.push_str(escaped.strip_prefix('\\').unwrap_or(escaped));
+                    let escaped = escaped.strip_prefix('\\').unwrap_or(escaped);
+                    value.text.push_str(escaped);
+                    literal.push_str(escaped);
                 }
                 WordPiece::ArithmeticExpression(expr) => {
                     self.arithmetic(&expr.value);
                     value.fixed = false;
                     value.text.push_str(source);
+                    literal.push('\0');
                 }
             }
         }
+        value.code |= literal.contains("$(") || literal.contains('`');
         value
     }
 }
 
 impl Value {
     fn copy(&self) -> Value {
-        Value { text: self.text.clone(), fixed: self.fixed, glob: self.glob }
+        Value { text: self.text.clone(), fixed: self.fixed, glob: self.glob, code: self.code }
     }
 }
 
@@ -661,6 +783,13 @@ mod tests {
             ("X=$(rm x)", &["rm x"]),
             ("xargs rm < list", &["rm"]),
             ("bash script.sh", &["bash script.sh"]),
+            (
+                "git status ${X:-default} ${a[@]} $((1 + 2))",
+                &["git status ${X:-default} ${a[@]} $((1 + 2))"],
+            ),
+            ("[[ -f x ]] && git status", &["git status"]),
+            ("bash -c 'echo $(date)'", &["date", "echo $(date)"]),
+            ("export LC_ALL=C; git status", &["export LC_ALL=C", "git status"]),
         ];
         for (line, want) in cases {
             assert_eq!(simple(line), *want, "{line}");
@@ -681,6 +810,23 @@ mod tests {
         unresolved("r? -rf x");
         unresolved("echo $(( $(rm x) + 1 ))");
         unresolved("$'\\x72m' -rf x");
+        // Code hidden in values that bash evaluates later.
+        for line in [
+            "X='a[$(touch p)]'; git status $((X))",
+            "git status \"$(( X + 1 ))\"",
+            "X=$(cat f); [[ $X -eq 1 ]] && git status",
+            "git status ${X@P}",
+            "git status ${a[X]}",
+            "git status ${s:X}",
+            "git status ${Z:-$(touch p)}",
+            "a[X]=1 git status",
+            "let X; git status",
+            "declare -i N; git status",
+            "printf -v \"$X\" %s v; git status",
+            "echo 'run $(touch p) later' > f",
+        ] {
+            unresolved(line);
+        }
         unresolved("cat <<EOF\n$(rm x)");
         let deep = format!("{}git status{}", "$(".repeat(12), ")".repeat(12));
         unresolved(&deep);

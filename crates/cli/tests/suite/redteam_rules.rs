@@ -296,6 +296,8 @@ fn redteam_rules_unresolvable_lines_are_asked() {
         "CMD=touch; $CMD pwned2",
         "touch pwned3 (",
         "trap 'touch pwned4' EXIT",
+        "X='a[$(touch pwned5)]'; echo $((X))",
+        "X='$(touch pwned6)'; echo ${X@P}",
     ];
     let calls: Vec<_> =
         attempts.iter().chain(&["touch fine"]).map(|command| bash(command)).collect();
@@ -306,7 +308,7 @@ fn redteam_rules_unresolvable_lines_are_asked() {
     }
     assert_eq!(results[attempts.len()].outcome, "ok");
     assert!(ws.join("fine").exists());
-    for n in 1..=4 {
+    for n in 1..=6 {
         assert!(!ws.join(format!("pwned{n}")).exists(), "pwned{n} was created");
     }
     let reasons: Vec<String> = json_lines(&output)
