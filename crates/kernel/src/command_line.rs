@@ -288,6 +288,8 @@ impl Walker {
 
     fn simple(&mut self, simple: &ast::SimpleCommand, depth: usize) {
         let mut words: Vec<Value> = Vec::new();
+        // Assignments before the name: the command's environment (`PATH=. git status`).
+        let mut environment: Vec<Value> = Vec::new();
         let items = simple
             .prefix
             .iter()
@@ -312,6 +314,12 @@ impl Walker {
                             words.push(self.word(&word.value, depth));
                         } else {
                             self.assignment(assignment, depth);
+                            environment.push(Value {
+                                text: word.value.clone(),
+                                fixed: true,
+                                glob: false,
+                                code: false,
+                            });
                         }
                     }
                     ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, subshell) => {
@@ -325,6 +333,12 @@ impl Walker {
                     }
                 },
             }
+        }
+        if !environment.is_empty() && !words.is_empty() {
+            // The environment changes what runs (`PATH`, `GIT_CONFIG_*`), so a rule must
+            // also cover the command with it; deny rules see the bare command too.
+            let full: Vec<Value> = environment.iter().chain(&words).map(Value::copy).collect();
+            self.record(&full);
         }
         self.run(words, depth);
     }
@@ -409,6 +423,10 @@ impl Walker {
                     break;
                 }
                 Some(n) => {
+                    if base == "env" && n > 1 {
+                        // `env X=1 cmd`: like a prefix assignment, the rule must cover it.
+                        self.record(&words);
+                    }
                     words.drain(..n);
                 }
             }
@@ -770,10 +788,15 @@ mod tests {
             ("diff <(rm x) y", &["rm x", "diff <(…) y"]),
             ("bash -c \"git status; rm x\"", &["git status", "rm x"]),
             ("sh -ec 'git status && rm x'", &["git status", "rm x"]),
-            ("env X=1 git status", &["git status"]),
-            ("X=1 git status", &["git status"]),
+            ("env X=1 git status", &["env X=1 git status", "git status"]),
+            ("X=1 git status", &["X=1 git status", "git status"]),
+            ("env git status", &["git status"]),
             ("command git status", &["git status"]),
-            ("env -i PATH=/bin timeout 5 nice -n 2 git status", &["git status"]),
+            ("timeout 5 nice -n 2 command git status", &["git status"]),
+            (
+                "env -i PATH=/bin timeout 5 git status",
+                &["env -i PATH=/bin timeout 5 git status", "git status"],
+            ),
             ("find . -name x -exec rm {} \\;", &["find . -name x -exec rm {} ;", "rm {}"]),
             ("/bin/rm -rf x", &["/bin/rm -rf x", "rm -rf x"]),
             ("for f in $(ls); do rm $f; done", &["ls", "rm $f"]),

@@ -225,6 +225,10 @@ fn redteam_rules_an_allow_rule_never_covers_a_second_command() {
     let env = Env::new();
     let ws = workspace(&env);
     git_init(&ws);
+    // A planted `git` that a changed PATH would run instead of the user's.
+    std::fs::write(ws.join("git"), "#!/bin/sh\ntouch pwned11\n").unwrap();
+    std::fs::set_permissions(ws.join("git"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
     config(&env, r#"allow = ["bash(git status*)"]"#);
     let attempts = [
         "git status; touch pwned1",
@@ -237,8 +241,11 @@ fn redteam_rules_an_allow_rule_never_covers_a_second_command() {
         "git status > >(touch pwned8)",
         "eval 'git status'",
         "git status --short || touch pwned9",
+        "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0='touch pwned10' git status",
+        "PATH=.:$PATH git status",
+        "env PATH=.:/usr/bin git status",
     ];
-    let neighbours = ["git status", "env LC_ALL=C git status --short", "command git status"];
+    let neighbours = ["git status", "timeout 20 git status --short", "command git status"];
     let calls: Vec<_> = attempts.iter().chain(&neighbours).map(|command| bash(command)).collect();
     let output = run(&env, &ws, &calls, &["--approval", "deny"]);
     let results = results(&output);
@@ -250,7 +257,7 @@ fn redteam_rules_an_allow_rule_never_covers_a_second_command() {
     }
     let by = settled_by(&output);
     assert_eq!(by.iter().filter(|by| by.as_str() == "rule:bash(git status*)").count(), 3, "{by:?}");
-    for n in 1..=9 {
+    for n in 1..=11 {
         assert!(!ws.join(format!("pwned{n}")).exists(), "pwned{n} was created");
     }
 }
