@@ -8,7 +8,9 @@
 //! process substitutions, the string of `sh -c` / `bash -c` (parsed again), and the command
 //! `find -exec` runs. Wrappers that run their arguments as a command — `env X=1 cmd`,
 //! `command cmd`, `builtin`, `exec`, `nohup`, `nice`, `timeout`, `time`, `xargs` — are
-//! stripped so the rule sees `cmd`. Words are taken after quote removal; a word only known
+//! stripped so the rule sees `cmd`; a command given an environment (`X=1 cmd`, `env X=1
+//! cmd`) is recorded both with it and without it, so an allow rule must cover the
+//! assignments too and a deny rule sees the bare command. Words are taken after quote removal; a word only known
 //! at run time keeps its source text (`$HOME`).
 //!
 //! What cannot be resolved from the text makes the line [`CommandLine::Unresolved`], which
