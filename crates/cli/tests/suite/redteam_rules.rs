@@ -120,6 +120,8 @@ fn redteam_rules_denied_paths_are_masked_for_every_command_spelling() {
         "ln secrets/key hard 2>&1; cat hard 2>&1",
         "cat /proc/$PPID/root$PWD/secrets/key 2>&1; cat /proc/1/root$PWD/secrets/key 2>&1",
         "echo pwned > secrets/key 2>&1; mv secrets gone 2>&1; rm -rf secrets 2>&1; cat secrets/key",
+        "umount secrets 2>&1; umount -l secrets 2>&1; cat secrets/key 2>&1",
+        "unshare -rm sh -c 'umount -l secrets; cat secrets/key' 2>&1",
         "cat src/ok.txt && echo written > src/new.txt && cat src/new.txt",
     ];
     let calls: Vec<_> = attempts.iter().map(|command| bash(command)).collect();
