@@ -188,8 +188,16 @@ impl Walker {
             ast::ExtendedTestExpr::Not(inner) | ast::ExtendedTestExpr::Parenthesized(inner) => {
                 self.test(inner, depth);
             }
-            ast::ExtendedTestExpr::UnaryTest(_, word) => {
-                self.word(&word.value, depth);
+            ast::ExtendedTestExpr::UnaryTest(predicate, word) => {
+                let value = self.word(&word.value, depth);
+                let names_variable = matches!(
+                    predicate,
+                    ast::UnaryPredicate::ShellVariableIsSetAndAssigned
+                        | ast::UnaryPredicate::ShellVariableIsSetAndNameRef
+                );
+                if names_variable && (value.code || risky_name(&value)) {
+                    self.unresolved("`[[ -v ]]` over a name only known at run time");
+                }
             }
             ast::ExtendedTestExpr::BinaryTest(predicate, left, right) => {
                 let left = self.word(&left.value, depth);
@@ -525,32 +533,27 @@ impl Walker {
             );
         }
         let name = basename(&words[0].text);
-        let names_variables = matches!(
-            name,
-            "read"
-                | "printf"
-                | "declare"
-                | "typeset"
-                | "local"
-                | "export"
-                | "readonly"
-                | "unset"
-                | "mapfile"
-                | "readarray"
-                | "getopts"
-                | "wait"
-        );
-        if name == "let" {
-            self.unresolved("`let` evaluates arithmetic over variables");
-        } else if names_variables
-            && words[1..].iter().any(|word| {
-                !word.fixed
-                    || word.text.contains('[')
-                    || word.text.starts_with('-') && word.text.contains('i')
-            })
-        {
+        let arguments = &words[1..];
+        let after = |flag: &str| {
+            arguments.iter().position(|word| word.text == flag).and_then(|at| arguments.get(at + 1))
+        };
+        let risky = match name {
+            "let" => true,
+            "declare" | "typeset" | "local" | "export" | "readonly" => {
+                arguments.iter().any(|word| {
+                    word.text.starts_with('-') && word.text.contains('i') || risky_name(word)
+                })
+            }
+            "read" | "mapfile" | "readarray" | "unset" | "getopts" | "wait" => {
+                arguments.iter().any(|word| !word.text.starts_with('-') && risky_name(word))
+            }
+            "printf" => after("-v").is_some_and(risky_name),
+            "test" | "[" => after("-v").is_some_and(risky_name),
+            _ => false,
+        };
+        if risky {
             self.unresolved(format!(
-                "`{name}` with a variable name, subscript or integer flag only known at run time"
+                "`{name}` evaluates a variable name, subscript or integer only known at run time"
             ));
         }
         if self.found.len() >= MAX_COMMANDS {
@@ -660,6 +663,16 @@ enum Item<'a> {
     Prefix(&'a ast::CommandPrefixOrSuffixItem),
     Name(&'a ast::Word),
     Suffix(&'a ast::CommandPrefixOrSuffixItem),
+}
+
+/// Whether a word naming a variable (`NAME`, `NAME=value`, `NAME[index]`) is only known at
+/// run time or has a subscript bash evaluates as arithmetic over variables.
+fn risky_name(word: &Value) -> bool {
+    let name = word.text.split('=').next().unwrap_or_default();
+    name.contains(['$', '`'])
+        || name.split_once('[').is_some_and(|(_, index)| {
+            index.contains(|c: char| c.is_ascii_alphabetic() || matches!(c, '$' | '`' | '_'))
+        })
 }
 
 fn basename(name: &str) -> &str {
@@ -815,6 +828,11 @@ mod tests {
             ("[[ -f x ]] && git status", &["git status"]),
             ("bash -c 'echo $(date)'", &["date", "echo $(date)"]),
             ("export LC_ALL=C; git status", &["export LC_ALL=C", "git status"]),
+            (
+                "export PATH=\"$PATH:/x\"; printf '%s\\n' \"$HOME\"",
+                &["export PATH=$PATH:/x", "printf %s\\n $HOME"],
+            ),
+            ("read -r line < f; test -f \"$F\"", &["read -r line", "test -f $F"]),
         ];
         for (line, want) in cases {
             assert_eq!(simple(line), *want, "{line}");
@@ -848,6 +866,9 @@ mod tests {
             "let X; git status",
             "declare -i N; git status",
             "printf -v \"$X\" %s v; git status",
+            "read \"a[$X]\" < f; git status",
+            "[[ -v $X ]] && git status",
+            "declare \"a[$X]=1\"; git status",
             "echo 'run $(touch p) later' > f",
         ] {
             unresolved(line);
