@@ -7,7 +7,8 @@
 //! (`$(…)` and backticks, in words, assignments, redirection targets and here-documents),
 //! process substitutions, the string of `sh -c` / `bash -c` (parsed again), and the command
 //! `find -exec` runs. Wrappers that run their arguments as a command — `env X=1 cmd`,
-//! `command cmd`, `builtin`, `exec`, `nohup`, `nice`, `timeout`, `time`, `xargs` — are
+//! `command cmd`, `builtin`, `exec`, `nohup`, `nice`, `timeout`, `time`, `xargs`, `sudo`,
+//! `busybox` — are
 //! stripped so the rule sees `cmd`; a command given an environment (`X=1 cmd`, `env X=1
 //! cmd`) is recorded both with it and without it, so an allow rule must cover the
 //! assignments too and a deny rule sees the bare command. Words are taken after quote removal; a word only known
@@ -15,7 +16,7 @@
 //!
 //! What cannot be resolved from the text makes the line [`CommandLine::Unresolved`], which
 //! rules never allow: a parse error, `eval`, `trap` and `alias` with a command string, a
-//! command name built at run time (`$X`, `$(…)`, an unquoted glob), an `env` or `xargs`
+//! command name built at run time (`$X`, `$(…)`, an unquoted glob or brace), an `env` or `xargs`
 //! option this module does not know, too deep nesting or too many commands — and code bash
 //! would evaluate later from a value: arithmetic over variables (`$((X))`, `[[ $X -eq 1 ]]`,
 //! subscripts, substring offsets, `let`, `declare -i`), `${X@P}`, quoted text holding `$(`
@@ -402,7 +403,11 @@ impl Walker {
                     Some("-p") => Some(2),
                     _ => Some(1),
                 },
-                "builtin" | "nohup" | "setsid" => Some(1),
+                "builtin" | "nohup" | "setsid" | "busybox" => Some(1),
+                "sudo" | "doas" => match words.get(1) {
+                    Some(word) if word.text.starts_with('-') => None,
+                    _ => Some(1),
+                },
                 "exec" => exec_operands(&words),
                 "time" => {
                     Some(if words.get(1).is_some_and(|word| word.text == "-p") { 2 } else { 1 })
@@ -475,7 +480,7 @@ impl Walker {
                 index += 1;
                 break;
             }
-            if text == "-o" || text == "+o" {
+            if matches!(text, "-o" | "+o" | "-O" | "+O" | "--rcfile" | "--init-file") {
                 index += 2;
                 continue;
             }
@@ -590,7 +595,8 @@ impl Walker {
             let source = raw.get(piece.start_index..piece.end_index).unwrap_or(raw);
             match &piece.piece {
                 WordPiece::Text(text) => {
-                    if unquoted && text.contains(['*', '?', '[']) {
+                    // Globs and brace expansion (`{rm,-rf,x}`) change the words at run time.
+                    if unquoted && text.contains(['*', '?', '[', '{']) {
                         value.glob = true;
                     }
                     value.text.push_str(text);
@@ -821,6 +827,9 @@ mod tests {
             ("X=$(rm x)", &["rm x"]),
             ("xargs rm < list", &["rm"]),
             ("bash script.sh", &["bash script.sh"]),
+            ("bash --rcfile x -O extglob -c 'rm y'", &["rm y"]),
+            ("sudo rm -rf x; busybox rm y", &["rm -rf x", "rm y"]),
+            ("git status {a,b}", &["git status {a,b}"]),
             (
                 "git status ${X:-default} ${a[@]} $((1 + 2))",
                 &["git status ${X:-default} ${a[@]} $((1 + 2))"],
@@ -851,6 +860,7 @@ mod tests {
         unresolved("env -S 'rm x' true");
         unresolved("trap 'rm x' EXIT");
         unresolved("r? -rf x");
+        unresolved("{rm,-rf,x}");
         unresolved("echo $(( $(rm x) + 1 ))");
         unresolved("$'\\x72m' -rf x");
         // Code hidden in values that bash evaluates later.
