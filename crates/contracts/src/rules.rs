@@ -10,7 +10,9 @@
 //! covered by a path pattern when it, or one of its ancestors, matches.
 //!
 //! `path(PATTERN)` is a deny-only rule for a path itself: every call with a `path` argument
-//! the pattern covers is refused, whatever the tool (built-in or MCP).
+//! the pattern covers is refused, whatever the tool (built-in or MCP). A rule denying
+//! reading a path for one tool (`read_file(P)`, `grep(P)`, `glob(P)`, `list_dir(P)`) does
+//! the same for every other tool's call on it.
 //!
 //! **Paths denied for commands.** A deny rule that denies *reading* a path —
 //! `path(P)`, `read_file(P)`, `grep(P)`, `glob(P)` or `list_dir(P)` — also holds for
@@ -384,8 +386,9 @@ impl PermissionRules {
     /// `command` argument (and no `path`), the command line split into simple commands by
     /// the caller's shell parser (`facts.command`; [`CommandLine::lexical`] without it).
     ///
-    /// - Deny: a `path(P)` rule refuses any call whose `path` (as written or resolved) `P`
-    ///   covers; a command rule refuses when its pattern matches the whole command text or
+    /// - Deny: a `path(P)` rule, or a rule denying reading `P` for another tool
+    ///   (`read_file(P)`, `grep(P)`, ...), refuses any call whose `path` (as written or
+    ///   resolved) `P` covers; a command rule refuses when its pattern matches the whole command text or
     ///   any one simple command; other rules as in [`PermissionRules::decide_resolved`].
     /// - Allow: a command line is allowed only when it resolved, has at least one simple
     ///   command, and every simple command is matched by an allow rule of the tool (a bare
@@ -440,7 +443,11 @@ impl PermissionRules {
         let textual_path =
             path_argument.map_or_else(String::new, |path| normalize_path(path, workspace));
         let denied = self.deny.iter().find(|rule| {
-            if rule.tool == PATH_RULE {
+            // A rule denying reading a path holds for every tool's call on it (MCP tools
+            // included); `path(P)` is only that.
+            if rule.tool == PATH_RULE
+                || rule.tool != tool && READ_DENYING_TOOLS.contains(&rule.tool.as_str())
+            {
                 let Some(pattern) = &rule.pattern else { return false };
                 return path_argument.is_some()
                     && (covers(pattern, &textual_path)
@@ -723,6 +730,8 @@ rm x",
         assert_eq!(decide("mcp__fs__read", json!({"path": "secrets/key"}), None), deny);
         assert_eq!(decide("read_file", json!({"path": "alias/key"}), Some("secrets/key")), deny);
         assert_eq!(decide("read_file", json!({"path": "app/.env"}), None), deny);
+        assert_eq!(decide("mcp__fs__read", json!({"path": "/ws/app/.env"}), None), deny);
+        assert_eq!(decide("write_file", json!({"path": "x/.env", "content": ""}), None), deny);
         // The neighbours: other files read fine; a search of the root is not refused (the
         // search skips the denied paths instead).
         assert_eq!(

@@ -179,9 +179,9 @@ fn redteam_rules_searches_skip_denied_paths() {
     assert!(results[2].content.contains("src/ok.txt"), "{}", results[2].content);
     assert!(!results[3].content.contains("key") && !results[3].content.contains("deep"));
     assert!(!results[4].content.contains(".env"), "{}", results[4].content);
-    assert_eq!(results[1].outcome, "error", "{}", results[1].content);
+    assert_eq!(results[1].outcome, "refused", "{}", results[1].content);
     assert_eq!(results[5].outcome, "refused");
-    assert_eq!((results[6].outcome.as_str(), results[7].outcome.as_str()), ("error", "error"));
+    assert_eq!((results[6].outcome.as_str(), results[7].outcome.as_str()), ("refused", "refused"));
     assert_eq!(std::fs::read_to_string(ws.join("secrets/key")).unwrap(), format!("{CANARY}\n"));
     assert!(!ws.join("secrets/planted").exists());
     assert!(results[8].content.contains("src/ok.txt:1:"), "{}", results[8].content);
@@ -424,7 +424,7 @@ fn redteam_data_mcp_results_keep_their_fence_and_path_rules_bind_mcp_tools() {
     std::fs::write(
         env.home.path().join("config.toml"),
         format!(
-            "[permissions]\ndeny = [\"path(secrets/**)\"]\n\
+            "[permissions]\ndeny = [\"path(secrets/**)\", \"read_file(**/.env)\"]\n\
              [mcp_servers.fs]\ncommand = \"node\"\nargs = [{}, \".\"]\n\
              [mcp_servers.fs.tools.read_text_file]\naccess = \"read\"\n",
             toml::Value::String(server.display().to_string())
@@ -435,10 +435,11 @@ fn redteam_data_mcp_results_keep_their_fence_and_path_rules_bind_mcp_tools() {
     let script = json!({"steps": [
         {"tool_calls": [
             {"name": "mcp__fs__read_text_file", "arguments": {"path": path("secrets/key")}},
+            {"name": "mcp__fs__read_text_file", "arguments": {"path": path("app/.env")}},
             {"name": "mcp__fs__read_text_file", "arguments": {"path": path("inject.txt")}}
         ]},
         {"text": "done", "expect": {
-            "last_outcomes": ["refused", "ok"],
+            "last_outcomes": ["refused", "refused", "ok"],
             "contains": [
                 format!("[source: mcp__fs__read_text_file, MCP server \"fs\", path {:?}]\n<<<untrusted:mcp__fs__read_text_file:", path("inject.txt")),
                 "‹‹‹end untrusted:mcp__fs__read_text_file:00000000>>>".to_owned(),
@@ -459,6 +460,6 @@ fn redteam_data_mcp_results_keep_their_fence_and_path_rules_bind_mcp_tools() {
     ]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let results = results(&output);
-    assert!(!results[0].content.contains(CANARY));
-    assert!(results[1].content.contains("hello"), "{}", results[1].content);
+    assert!(!results[0].content.contains(CANARY) && !results[1].content.contains(ENV_CANARY));
+    assert!(results[2].content.contains("hello"), "{}", results[2].content);
 }
