@@ -48,7 +48,10 @@ pub use event::{
     ApprovalMode, Boundary, CarriedContext, Decision, EventKind, Evidence, Lineage,
     PermissionAnswer, RuntimeEvent, SandboxMode, UsageTotals,
 };
-pub use fence::{NEUTRALISED_MARKER, UNTRUSTED_POLICY, fence_untrusted, neutralise_markers};
+pub use fence::{
+    NEUTRALISED_MARKER, TOOL_OUTPUT_POLICY, UNTRUSTED_POLICY, fence_untrusted, neutralise_markers,
+    source_line,
+};
 pub use ids::{AttemptId, RunId, Seq, SessionId, ToolCallId, TurnId};
 pub use message::{
     FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, RequestPurpose, StreamDelta,
@@ -56,7 +59,9 @@ pub use message::{
 };
 pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};
 pub use pricing::{Price, cost_usd};
-pub use rules::{PermissionRules, Rule, RuleError};
+pub use rules::{
+    CallFacts, CommandLine, DeniedPaths, PATH_RULE, PermissionRules, Rule, RuleError, SimpleCommand,
+};
 pub use store::{
     AppendError, Lease, LeaseError, ReadError, ResolveError, SessionStatus, SessionSummary, Store,
 };

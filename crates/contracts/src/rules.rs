@@ -6,15 +6,233 @@
 //! has as a string; a call without one matches only a bare `TOOL` rule. In patterns `*`
 //! matches any run of characters (including `/`; `**` is the same) and `?` one character.
 //! `path` values are normalized lexically first (`./a/../b` is `b`; an absolute path inside
-//! the workspace becomes relative), so a deny rule cannot be dodged by spelling.
+//! the workspace becomes relative), so a deny rule cannot be dodged by spelling. A path is
+//! covered by a path pattern when it, or one of its ancestors, matches.
 //!
-//! Known limit: command patterns match the command text, so a deny rule such as `bash(rm *)`
-//! does not see `cd x && rm y`. Deny rules are a convenience, not a boundary; the sandbox
-//! and `forbidden` are.
+//! `path(PATTERN)` is a deny-only rule for a path itself: every call with a `path` argument
+//! the pattern covers is refused, whatever the tool (built-in or MCP). A rule denying
+//! reading a path for one tool (`read_file(P)`, `grep(P)`, `glob(P)`, `list_dir(P)`) does
+//! the same for every other tool's call on it.
+//!
+//! **Paths denied for commands.** A deny rule that denies *reading* a path —
+//! `path(P)`, `read_file(P)`, `grep(P)`, `glob(P)` or `list_dir(P)` — also holds for
+//! commands: [`PermissionRules::denied_paths`] is the set the bash tool masks inside the
+//! sandbox (empty and read-only), and the set grep, glob and list_dir skip. A deny rule on
+//! `write_file(P)`/`edit_file(P)` makes `P` read-only for commands
+//! ([`PermissionRules::write_denied_paths`]); it stays readable.
+//!
+//! **Command rules** are decided per simple command: the caller splits the command line
+//! with a shell parser into a [`CommandLine`] (this crate parses no shell syntax beyond a
+//! conservative lexical fallback, [`CommandLine::lexical`]). A deny rule matches when it
+//! matches the whole text or any one simple command; an allow rule set allows a line only
+//! when every simple command is matched by an allow rule, and never allows a line the
+//! parser could not resolve ([`CommandLine::Unresolved`]): that line is asked.
+
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
 use crate::PermissionAnswer;
+
+/// The pseudo-tool of deny rules on a path itself: `path(secrets/**)`.
+pub const PATH_RULE: &str = "path";
+
+/// Tools whose deny rules deny reading a path, and so also mask it for commands.
+const READ_DENYING_TOOLS: &[&str] = &[PATH_RULE, "read_file", "grep", "glob", "list_dir"];
+/// Tools whose deny rules deny writing a path, and so make it read-only for commands.
+const WRITE_DENYING_TOOLS: &[&str] = &["write_file", "edit_file"];
+
+/// Characters that make a command line more than a plain list of words for the shell.
+const SHELL_SPECIAL: &[char] = &[
+    ';', '&', '|', '<', '>', '(', ')', '{', '}', '$', '`', '\\', '\'', '"', '\n', '\r', '*', '?',
+    '[', ']', '~', '#', '!', '=', '%', '^',
+];
+
+/// One simple command of a command line: its words after quote removal, with the command
+/// name first (wrappers such as `env X=1` or `command` already stripped by the parser).
+/// Redirections are not words. A word whose value is only known at run time (a parameter
+/// or a substitution) keeps its source text, e.g. `$HOME`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimpleCommand {
+    /// The words, command name first; never empty.
+    pub words: Vec<String>,
+}
+
+impl SimpleCommand {
+    /// The words joined by single spaces: what command rule patterns are matched against.
+    pub fn text(&self) -> String {
+        self.words.join(" ")
+    }
+}
+
+/// A command line as the shell would run it, split into simple commands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandLine {
+    /// Every simple command the line can run — those in pipelines, lists, subshells,
+    /// groups, substitutions and `sh -c` strings included — in source order.
+    Simple(Vec<SimpleCommand>),
+    /// What the line runs cannot be known from its text (a parse error, `eval`, a variable
+    /// as a command name, ...). Rules never allow it; deny rules still see `found`.
+    Unresolved {
+        /// Why, for the gate's reason.
+        reason: String,
+        /// The simple commands found before giving up.
+        found: Vec<SimpleCommand>,
+    },
+}
+
+impl CommandLine {
+    /// The fallback when no parser ran: a line of plain words (no quoting, expansion,
+    /// operator or redirection character at all) is one simple command; anything else is
+    /// [`CommandLine::Unresolved`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use keel_contracts::CommandLine;
+    /// assert!(matches!(CommandLine::lexical("git status --short"), CommandLine::Simple(_)));
+    /// assert!(matches!(CommandLine::lexical("git status; rm x"), CommandLine::Unresolved { .. }));
+    /// ```
+    pub fn lexical(text: &str) -> CommandLine {
+        if text.contains(SHELL_SPECIAL) {
+            return CommandLine::Unresolved {
+                reason: "the command line was not parsed and is not a plain list of words"
+                    .to_owned(),
+                found: Vec::new(),
+            };
+        }
+        let words: Vec<String> = text.split_ascii_whitespace().map(str::to_owned).collect();
+        if words.is_empty() {
+            CommandLine::Simple(Vec::new())
+        } else {
+            CommandLine::Simple(vec![SimpleCommand { words }])
+        }
+    }
+
+    /// The simple commands known, resolved or not.
+    pub fn commands(&self) -> &[SimpleCommand] {
+        match self {
+            CommandLine::Simple(commands) | CommandLine::Unresolved { found: commands, .. } => {
+                commands
+            }
+        }
+    }
+}
+
+/// What the caller resolved about a call with I/O or a parser, for
+/// [`PermissionRules::decide_with`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallFacts<'a> {
+    /// The path a `path` argument really reaches (symlinks resolved, workspace-relative,
+    /// or absolute when it leads outside).
+    pub resolved_path: Option<&'a str>,
+    /// The parsed `command` argument; without it [`CommandLine::lexical`] is used.
+    pub command: Option<&'a CommandLine>,
+}
+
+/// Path patterns denied for reading (see the module docs): what commands find masked and
+/// what grep, glob and list_dir skip. Patterns are workspace-relative (or absolute for
+/// paths outside it), normalized, sorted and unique.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeniedPaths {
+    patterns: Vec<String>,
+}
+
+impl DeniedPaths {
+    /// A set from patterns as written (normalized against `workspace`).
+    pub fn new<I, S>(patterns: I, workspace: &str) -> DeniedPaths
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let set: BTreeSet<String> = patterns
+            .into_iter()
+            .map(|pattern| normalize_path(pattern.as_ref(), workspace))
+            .collect();
+        DeniedPaths { patterns: set.into_iter().collect() }
+    }
+
+    /// The patterns.
+    pub fn patterns(&self) -> &[String] {
+        &self.patterns
+    }
+
+    /// Whether nothing is denied.
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    /// Whether `path` (workspace-relative, `/`-separated; normalized here) or one of its
+    /// ancestors matches a denied pattern.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use keel_contracts::DeniedPaths;
+    /// let denied = DeniedPaths::new(["secrets/**", "**/.env"], "/ws");
+    /// assert!(denied.covers("secrets/key"));
+    /// assert!(denied.covers("./app/.env"));
+    /// assert!(!denied.covers("src/main.rs"));
+    /// assert!(!denied.covers("secrets"));
+    /// ```
+    pub fn covers(&self, path: &str) -> bool {
+        if self.patterns.is_empty() {
+            return false;
+        }
+        let path = normalized(path);
+        self.patterns.iter().any(|pattern| covers(pattern, &path))
+    }
+}
+
+impl DeniedPaths {
+    /// Whether every path below the directory `dir` (workspace-relative) is covered, so
+    /// the directory can be hidden as a whole: a pattern covers `dir` itself, or ends in
+    /// `*` and matches `dir/`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use keel_contracts::DeniedPaths;
+    /// let denied = DeniedPaths::new(["secrets/**", "keys", "**/*.pem"], "/ws");
+    /// assert!(denied.hides_everything_under("secrets"));
+    /// assert!(denied.hides_everything_under("keys"));
+    /// assert!(!denied.hides_everything_under("src"));
+    /// ```
+    pub fn hides_everything_under(&self, dir: &str) -> bool {
+        let dir = normalized(dir);
+        let slashed = format!("{dir}/");
+        self.patterns.iter().any(|pattern| {
+            covers(pattern, &dir)
+                || pattern.ends_with('*') && wildcard_match(pattern.as_bytes(), slashed.as_bytes())
+        })
+    }
+}
+
+/// `path` normalized, borrowed when it already is (the common case in a walk).
+fn normalized(path: &str) -> std::borrow::Cow<'_, str> {
+    let clean = !path.is_empty()
+        && !path.ends_with('/')
+        && !path.contains("//")
+        && path
+            .split('/')
+            .skip(usize::from(path.starts_with('/')))
+            .all(|part| part != "." && part != "..");
+    if clean {
+        std::borrow::Cow::Borrowed(path)
+    } else {
+        std::borrow::Cow::Owned(normalize_path(path, ""))
+    }
+}
+
+/// Whether `pattern` matches `path` or one of its ancestors (both normalized).
+fn covers(pattern: &str, path: &str) -> bool {
+    if wildcard_match(pattern.as_bytes(), path.as_bytes()) {
+        return true;
+    }
+    path.match_indices('/').any(|(index, _)| {
+        index > 0 && wildcard_match(pattern.as_bytes(), &path.as_bytes()[..index])
+    })
+}
 
 /// One parsed rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,6 +277,9 @@ impl Rule {
         if tool.is_empty() || tool.contains(char::is_whitespace) {
             return Err(error("the tool name is empty or has spaces"));
         }
+        if tool == PATH_RULE && pattern.is_none() {
+            return Err(error("path needs a pattern: path(secrets/**)"));
+        }
         Ok(Rule { text: trimmed.to_owned(), tool: tool.to_owned(), pattern })
     }
 
@@ -80,10 +301,10 @@ impl Rule {
         if self.tool != tool {
             return false;
         }
-        if self.matches(tool, Some(path)) {
+        let Some(pattern) = &self.pattern else { return true };
+        if covers(pattern, path) {
             return true;
         }
-        let Some(pattern) = &self.pattern else { return false };
         let fixed: &str = pattern.split(['*', '?']).next().unwrap_or_default();
         let fixed = fixed.trim_end_matches('/');
         path.is_empty()
@@ -158,15 +379,87 @@ impl PermissionRules {
         workspace: &str,
         resolved_path: Option<&str>,
     ) -> Option<(PermissionAnswer, &Rule)> {
+        self.decide_with(tool, arguments, workspace, CallFacts { resolved_path, command: None })
+    }
+
+    /// The full decision: [`PermissionRules::decide_resolved`] plus, for a call with a
+    /// `command` argument (and no `path`), the command line split into simple commands by
+    /// the caller's shell parser (`facts.command`; [`CommandLine::lexical`] without it).
+    ///
+    /// - Deny: a `path(P)` rule, or a rule denying reading `P` for another tool
+    ///   (`read_file(P)`, `grep(P)`, ...), refuses any call whose `path` (as written or
+    ///   resolved) `P` covers; a command rule refuses when its pattern matches the whole command text or
+    ///   any one simple command; other rules as in [`PermissionRules::decide_resolved`].
+    /// - Allow: a command line is allowed only when it resolved, has at least one simple
+    ///   command, and every simple command is matched by an allow rule of the tool (a bare
+    ///   `TOOL` rule matches every resolved command). The first rule used is returned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use keel_contracts::{CallFacts, CommandLine, PermissionAnswer, PermissionRules, Rule, SimpleCommand};
+    /// let rules = PermissionRules {
+    ///     allow: vec![Rule::parse("bash(git status*)").unwrap()],
+    ///     deny: vec![Rule::parse("bash(rm *)").unwrap()],
+    /// };
+    /// let simple = |words: &[&str]| SimpleCommand { words: words.iter().map(|w| w.to_string()).collect() };
+    /// let call = serde_json::json!({"command": "git status; rm -rf x"});
+    /// let line = CommandLine::Simple(vec![simple(&["git", "status"]), simple(&["rm", "-rf", "x"])]);
+    /// let facts = CallFacts { resolved_path: None, command: Some(&line) };
+    /// let answer = rules.decide_with("bash", &call, "/ws", facts).map(|(a, _)| a);
+    /// assert_eq!(answer, Some(PermissionAnswer::Deny));
+    /// let call = serde_json::json!({"command": "git status"});
+    /// let line = CommandLine::Simple(vec![simple(&["git", "status"])]);
+    /// let facts = CallFacts { resolved_path: None, command: Some(&line) };
+    /// let answer = rules.decide_with("bash", &call, "/ws", facts).map(|(a, _)| a);
+    /// assert_eq!(answer, Some(PermissionAnswer::AllowOnce));
+    /// ```
+    pub fn decide_with(
+        &self,
+        tool: &str,
+        arguments: &serde_json::Value,
+        workspace: &str,
+        facts: CallFacts<'_>,
+    ) -> Option<(PermissionAnswer, &Rule)> {
+        let resolved_path = facts.resolved_path;
         let primary = primary_argument(arguments, workspace);
         let primary = primary.as_deref();
+        let path_argument = arguments.get("path").and_then(serde_json::Value::as_str);
+        let command_text = arguments
+            .get("command")
+            .and_then(serde_json::Value::as_str)
+            .filter(|_| path_argument.is_none());
+        let lexical;
+        let line = match (command_text, facts.command) {
+            (None, _) => None,
+            (Some(_), Some(line)) => Some(line),
+            (Some(text), None) => {
+                lexical = CommandLine::lexical(text);
+                Some(&lexical)
+            }
+        };
         let path_call = arguments.get("path").is_some()
             || arguments.get("command").is_none() && arguments.get("url").is_none();
-        let textual_path = arguments
-            .get("path")
-            .and_then(serde_json::Value::as_str)
-            .map_or_else(String::new, |path| normalize_path(path, workspace));
+        let textual_path =
+            path_argument.map_or_else(String::new, |path| normalize_path(path, workspace));
         let denied = self.deny.iter().find(|rule| {
+            // A rule denying reading a path holds for every tool's call on it (MCP tools
+            // included); `path(P)` is only that.
+            if rule.tool == PATH_RULE
+                || rule.tool != tool && READ_DENYING_TOOLS.contains(&rule.tool.as_str())
+            {
+                let Some(pattern) = &rule.pattern else { return false };
+                return path_argument.is_some()
+                    && (covers(pattern, &textual_path)
+                        || resolved_path.is_some_and(|resolved| covers(pattern, resolved)));
+            }
+            if let (Some(text), Some(line)) = (command_text, line) {
+                return rule.matches(tool, Some(text))
+                    || line
+                        .commands()
+                        .iter()
+                        .any(|command| rule.matches(tool, Some(&command.text())));
+            }
             if path_call && rule.pattern.is_some() {
                 rule.touches(tool, &textual_path)
                     || resolved_path.is_some_and(|resolved| rule.touches(tool, resolved))
@@ -177,6 +470,16 @@ impl PermissionRules {
         if let Some(rule) = denied {
             return Some((PermissionAnswer::Deny, rule));
         }
+        if let Some(line) = line {
+            let CommandLine::Simple(commands) = line else { return None };
+            let mut first = None;
+            for command in commands {
+                let text = command.text();
+                let rule = self.allow.iter().find(|rule| rule.matches(tool, Some(&text)))?;
+                first.get_or_insert(rule);
+            }
+            return first.map(|rule| (PermissionAnswer::AllowOnce, rule));
+        }
         self.allow
             .iter()
             .find(|rule| {
@@ -184,6 +487,31 @@ impl PermissionRules {
                     && resolved_path.is_none_or(|resolved| rule.matches(tool, Some(resolved)))
             })
             .map(|rule| (PermissionAnswer::AllowOnce, rule))
+    }
+
+    /// The paths denied for writing only, made read-only for commands: the patterns of
+    /// deny rules on `write_file` and `edit_file`.
+    pub fn write_denied_paths(&self, workspace: &str) -> DeniedPaths {
+        DeniedPaths::new(
+            self.deny
+                .iter()
+                .filter(|rule| WRITE_DENYING_TOOLS.contains(&rule.tool.as_str()))
+                .filter_map(|rule| rule.pattern.as_deref()),
+            workspace,
+        )
+    }
+
+    /// The paths denied for reading, and so masked for commands and skipped by searches:
+    /// the patterns of deny rules on `path`, `read_file`, `grep`, `glob` and `list_dir`.
+    /// A bare `TOOL` rule names no path and is not included.
+    pub fn denied_paths(&self, workspace: &str) -> DeniedPaths {
+        DeniedPaths::new(
+            self.deny
+                .iter()
+                .filter(|rule| READ_DENYING_TOOLS.contains(&rule.tool.as_str()))
+                .filter_map(|rule| rule.pattern.as_deref()),
+            workspace,
+        )
     }
 }
 
@@ -296,6 +624,134 @@ mod tests {
         for (tool, arguments, want) in cases {
             let got = set.decide(tool, &arguments, "/ws").map(|(answer, _)| answer);
             assert_eq!(got, want, "{tool} {arguments}");
+        }
+    }
+
+    fn line(commands: &[&[&str]]) -> CommandLine {
+        CommandLine::Simple(
+            commands
+                .iter()
+                .map(|words| SimpleCommand {
+                    words: words.iter().map(|w| (*w).to_owned()).collect(),
+                })
+                .collect(),
+        )
+    }
+
+    fn decide_line(
+        set: &PermissionRules,
+        text: &str,
+        parsed: &CommandLine,
+    ) -> Option<PermissionAnswer> {
+        let facts = CallFacts { resolved_path: None, command: Some(parsed) };
+        set.decide_with("bash", &json!({"command": text}), "/ws", facts).map(|(answer, _)| answer)
+    }
+
+    /// An allow rule covers a line only when it covers every simple command; a deny rule
+    /// refuses when it matches any one; an unresolved line is never allowed.
+    #[test]
+    fn redteam_rules_allow_covers_every_simple_command_or_nothing() {
+        let set = rules(&["bash(git status*)", "bash(git diff*)"], &["bash(rm *)", "bash(curl*)"]);
+        let unresolved = |found: &[&[&str]]| CommandLine::Unresolved {
+            reason: "eval".into(),
+            found: line(found).commands().to_vec(),
+        };
+        let cases: Vec<(&str, CommandLine, Option<PermissionAnswer>)> = vec![
+            // The neighbour: the allowed command alone, and two allowed ones together.
+            ("git status", line(&[&["git", "status"]]), Some(PermissionAnswer::AllowOnce)),
+            (
+                "git status && git diff",
+                line(&[&["git", "status"], &["git", "diff"]]),
+                Some(PermissionAnswer::AllowOnce),
+            ),
+            // A list smuggles a second command: never allowed, denied when it is denied.
+            ("git status; ls", line(&[&["git", "status"], &["ls"]]), None),
+            (
+                "git status && rm -rf src",
+                line(&[&["git", "status"], &["rm", "-rf", "src"]]),
+                Some(PermissionAnswer::Deny),
+            ),
+            (
+                "git status $(curl x)",
+                line(&[&["git", "status", "$(curl x)"], &["curl", "x"]]),
+                Some(PermissionAnswer::Deny),
+            ),
+            ("git status `id`", line(&[&["git", "status", "`id`"], &["id"]]), None),
+            // Unresolved lines ask, even when all that was found is allowed ...
+            ("eval git status", unresolved(&[&["git", "status"]]), None),
+            // ... and deny rules still see what was found.
+            ("eval x; rm y", unresolved(&[&["rm", "y"]]), Some(PermissionAnswer::Deny)),
+            // A line with no simple command at all is not allowed by anything.
+            ("X=1", line(&[]), None),
+        ];
+        for (text, parsed, want) in cases {
+            assert_eq!(decide_line(&set, text, &parsed), want, "{text}");
+        }
+    }
+
+    /// Without a parsed line, only a plain list of words can be allowed.
+    #[test]
+    fn redteam_rules_unparsed_lines_fall_back_to_plain_words_only() {
+        let set = rules(&["bash(git status*)"], &[]);
+        let decide = |command: &str| {
+            set.decide("bash", &json!({"command": command}), "/ws").map(|(answer, _)| answer)
+        };
+        assert_eq!(decide("git status --short"), Some(PermissionAnswer::AllowOnce));
+        for smuggled in [
+            "git status; rm x",
+            "git status && rm x",
+            "git status $(id)",
+            "git status `id`",
+            "git status > .git/config",
+            "git status\nrm x",
+            "git status
+rm x",
+        ] {
+            assert_eq!(decide(smuggled), None, "{smuggled}");
+        }
+    }
+
+    /// `path(P)` refuses every tool's call on a covered path, as written or resolved, and
+    /// the read-denying rules are the set masked for commands.
+    #[test]
+    fn redteam_rules_path_rules_cover_every_tool_and_the_denied_set() {
+        let set = rules(
+            &["read_file", "mcp__fs__read"],
+            &["path(secrets/**)", "read_file(**/.env)", "write_file(gen/**)"],
+        );
+        let decide = |tool: &str, arguments: serde_json::Value, resolved: Option<&str>| {
+            let facts = CallFacts { resolved_path: resolved, command: None };
+            set.decide_with(tool, &arguments, "/ws", facts).map(|(answer, _)| answer)
+        };
+        let deny = Some(PermissionAnswer::Deny);
+        assert_eq!(decide("read_file", json!({"path": "secrets/key"}), None), deny);
+        assert_eq!(decide("read_file", json!({"path": "./secrets/../secrets/a/b"}), None), deny);
+        assert_eq!(decide("edit_file", json!({"path": "/ws/secrets/key"}), None), deny);
+        assert_eq!(decide("mcp__fs__read", json!({"path": "secrets/key"}), None), deny);
+        assert_eq!(decide("read_file", json!({"path": "alias/key"}), Some("secrets/key")), deny);
+        assert_eq!(decide("read_file", json!({"path": "app/.env"}), None), deny);
+        assert_eq!(decide("mcp__fs__read", json!({"path": "/ws/app/.env"}), None), deny);
+        assert_eq!(decide("write_file", json!({"path": "x/.env", "content": ""}), None), deny);
+        // The neighbours: other files read fine; a search of the root is not refused (the
+        // search skips the denied paths instead).
+        assert_eq!(
+            decide("read_file", json!({"path": "src/main.rs"}), None),
+            Some(PermissionAnswer::AllowOnce)
+        );
+        assert_eq!(decide("grep", json!({"pattern": "x", "path": "."}), None), None);
+        let denied = set.denied_paths("/ws");
+        assert_eq!(denied.patterns(), ["**/.env", "secrets/**"]);
+        assert!(denied.covers("secrets/deep/key") && denied.covers("a/b/.env"));
+        assert!(!denied.covers("gen/out.rs"), "a write-only deny does not hide a path");
+        assert_eq!(set.write_denied_paths("/ws").patterns(), ["gen/**"]);
+        assert!(Rule::parse("path").is_err());
+    }
+
+    proptest::proptest! {
+        /// The borrowed fast path never differs from full normalization.
+        #[test]
+        fn normalized_agrees_with_normalize_path(path in "[a./]{0,12}") {
+            proptest::prop_assert_eq!(normalized(&path).into_owned(), normalize_path(&path, ""));
         }
     }
 

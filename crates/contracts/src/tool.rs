@@ -152,6 +152,12 @@ pub struct ToolContext {
     pub sandbox: SandboxMode,
     /// Extra room the user granted the session (`request_boundary`), beyond the workspace.
     pub boundary: crate::Boundary,
+    /// Paths the session's deny rules deny for reading: commands run with them masked,
+    /// searches and listings skip them ([`crate::PermissionRules::denied_paths`]).
+    pub denied_paths: crate::DeniedPaths,
+    /// Paths the session's deny rules deny for writing only: commands run with them
+    /// read-only ([`crate::PermissionRules::write_denied_paths`]).
+    pub write_denied_paths: crate::DeniedPaths,
 }
 
 /// A tool the kernel can invoke.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use keel_contracts::{
     BudgetVerdict, EventKind, FinishReason, ModelRequest, RequestPurpose, RunId, SessionId, Spent,
-    StreamDelta, Tool, ToolChoice, TurnId, UsageTotals, check_budget, cost_usd, effective_usage,
-    sha256_hex, usage_tokens,
+    StreamDelta, TOOL_OUTPUT_POLICY, Tool, ToolChoice, TurnId, UsageTotals, check_budget, cost_usd,
+    effective_usage, sha256_hex, usage_tokens,
 };
 
 use crate::compaction::{self, Compacted};
@@ -276,7 +276,8 @@ impl Kernel {
     }
 
     fn system_prompt(&self, workspace: &str, config: &RunConfig) -> String {
-        let mut prompt = format!("{BASE_PROMPT}\n\nWorkspace root: {workspace}");
+        let mut prompt =
+            format!("{BASE_PROMPT} {TOOL_OUTPUT_POLICY}\n\nWorkspace root: {workspace}");
         for instruction in &config.instructions {
             prompt.push_str(&format!(
                 "\n\n# Instructions from {}\n\n{}",

@@ -19,6 +19,7 @@
 mod cancel;
 mod checkpoint;
 mod children;
+mod command_line;
 pub mod compaction;
 mod config;
 pub mod context;

@@ -6,11 +6,16 @@
 //! and a call without a recorded result is answered with a synthetic `cancelled` result
 //! (the ledger itself is repaired by recovery before a run continues; this is the last
 //! line of defence, so the provider never sees an unanswered call).
+//!
+//! Every projected tool result starts with its source line
+//! ([`keel_contracts::source_line`]: the tool and the path, command or server), added in
+//! one place, when results are paired with their calls.
 
 use std::collections::BTreeMap;
 
 use keel_contracts::{
     EventKind, Message, Outcome, RequestPurpose, RuntimeEvent, Seq, ToolCall, ToolCallId,
+    source_line,
 };
 
 /// Text of a synthetic result for a call that has no recorded result.
@@ -223,6 +228,9 @@ fn flush(out: &mut Vec<Entry>, pending: &mut Option<Pending>) {
                 let bytes = text.len();
                 (call.name.clone(), Outcome::Cancelled, text, seq, bytes)
             });
+        // The one place a result is marked with its source (DESIGN.md §5: tool output is
+        // data); the system prompt says what the line means.
+        let content = format!("{}\n{content}", source_line(&tool, &call.arguments));
         out.push(Entry {
             message: Message::ToolResult { call_id: call.call_id, tool, outcome, content },
             seq: result_seq,

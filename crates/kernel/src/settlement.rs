@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use keel_contracts::{
-    AttemptId, Authorization, Budget, Decision, Envelope, EventKind, ExecutionMode, Outcome,
-    PermissionAnswer, PermissionRules, REFUSAL_PERMISSION_DENIED, REFUSAL_SHADOW, RunId,
-    SandboxMode, ToolCall, ToolContext, ToolOutput, TurnId, UsageTotals, authorize_tool_invocation,
-    executes_in_shadow, requires_consent, sha256_hex,
+    AttemptId, Authorization, Budget, CallFacts, CommandLine, Decision, Envelope, EventKind,
+    ExecutionMode, Outcome, PermissionAnswer, PermissionRules, REFUSAL_PERMISSION_DENIED,
+    REFUSAL_SHADOW, RunId, SandboxMode, ToolCall, ToolContext, ToolOutput, TurnId, UsageTotals,
+    authorize_tool_invocation, executes_in_shadow, requires_consent, sha256_hex,
 };
 
 use crate::children::{AgentCall, Children, is_agent_tool};
@@ -74,6 +74,10 @@ pub(crate) struct CallState<'a> {
     mode: ExecutionMode,
     sandbox: SandboxMode,
     rules: PermissionRules,
+    /// What the rules deny reading, for the tools (masks for commands, skipped by searches).
+    denied_paths: keel_contracts::DeniedPaths,
+    /// What the rules deny writing, for commands (read-only).
+    write_denied_paths: keel_contracts::DeniedPaths,
     /// When the run's time budget runs out.
     deadline: Option<tokio::time::Instant>,
     /// Set when the deadline passed while the last tool ran.
@@ -169,11 +173,15 @@ impl<'a> CallState<'a> {
             boundary,
             revision,
         } = policy;
+        let denied_paths = rules.denied_paths(&workspace.display().to_string());
+        let write_denied_paths = rules.write_denied_paths(&workspace.display().to_string());
         CallState {
             deps,
             registry,
             children,
             run,
+            denied_paths,
+            write_denied_paths,
             remaining: Budget::default(),
             failpoints,
             child_spent: UsageTotals::default(),
@@ -469,10 +477,17 @@ impl<'a> CallState<'a> {
         // Rules are decided on the path as written and on the path it really reaches, so a
         // link or /proc/self/cwd cannot dodge a deny rule nor earn an allow rule.
         let workspace = self.workspace.display().to_string();
+        // Command rules are decided per simple command of the parsed line (the shell parser
+        // lives here because keel-contracts parses nothing).
         let resolved = resolved_path(&self.workspace, &tool_call.arguments);
+        let line = (name == "bash")
+            .then(|| tool_call.arguments.get("command").and_then(serde_json::Value::as_str))
+            .flatten()
+            .map(crate::command_line::parse);
+        let facts = CallFacts { resolved_path: resolved.as_deref(), command: line.as_ref() };
         let ruled = self
             .rules
-            .decide_resolved(name, &tool_call.arguments, &workspace, resolved.as_deref())
+            .decide_with(name, &tool_call.arguments, &workspace, facts)
             .map(|(answer, rule)| (answer, format!("rule:{}", rule.text)));
         if let Some((PermissionAnswer::Deny, by)) = &ruled
             && !requires_consent(spec)
@@ -497,7 +512,14 @@ impl<'a> CallState<'a> {
                 let reason = format!("grant: allowed for this session (permission_settled #{seq})");
                 call.gate(ledger, Decision::Allow, &reason).await?;
             } else {
-                let reason = format!("consent required: {} access", spec.access.as_str());
+                let reason = match &line {
+                    Some(CommandLine::Unresolved { reason, .. }) => format!(
+                        "consent required: {} access; rules cannot allow this command line \
+                         ({reason})",
+                        spec.access.as_str()
+                    ),
+                    _ => format!("consent required: {} access", spec.access.as_str()),
+                };
                 call.gate(ledger, Decision::Ask, &reason).await?;
                 match self.ask(ledger, &call, spec.access, ruled, &arguments_sha256, cancel).await?
                 {
@@ -544,6 +566,8 @@ impl<'a> CallState<'a> {
             call_id: tool_call.call_id.clone(),
             sandbox: self.sandbox,
             boundary: self.boundary.clone(),
+            denied_paths: self.denied_paths.clone(),
+            write_denied_paths: self.write_denied_paths.clone(),
         };
         if spec.intrinsic && name == REQUEST_BOUNDARY {
             let output = self.negotiate_boundary(ledger, &call, &arguments_sha256, cancel).await?;

@@ -56,6 +56,7 @@ pub struct CommandSpec {
     workspace: Option<PathBuf>,
     extra: Boundary,
     landlock_abi_ceiling: Option<u8>,
+    deny_paths: Vec<(PathBuf, managed::Denial)>,
 }
 
 impl CommandSpec {
@@ -73,6 +74,7 @@ impl CommandSpec {
             workspace: None,
             extra: Boundary::default(),
             landlock_abi_ceiling: None,
+            deny_paths: Vec::new(),
         }
     }
 
@@ -156,6 +158,31 @@ impl CommandSpec {
         self.extra.write.extend(boundary.write.iter().cloned());
         self.extra.network |= boundary.network;
         self
+    }
+
+    /// Masks `paths` (absolute, existing) for the command in managed mode: a directory is
+    /// replaced by an empty read-only one and a file by an empty read-only file inside the
+    /// command's mount namespace, so nothing in the command can read or change them (deny
+    /// rules). [`run`] refuses with [`SandboxError::Unenforceable`] when a mask cannot be
+    /// applied, and in bypass mode when `paths` is not empty.
+    #[must_use]
+    pub fn deny_paths(mut self, paths: Vec<PathBuf>) -> Self {
+        self.deny_paths.extend(paths.into_iter().map(|path| (path, managed::Denial::Hide)));
+        self
+    }
+
+    /// Makes `paths` (absolute, existing) read-only for the command in managed mode (deny
+    /// rules on writing): each is bind-mounted onto itself read-only. Refused like
+    /// [`CommandSpec::deny_paths`].
+    #[must_use]
+    pub fn deny_writes(mut self, paths: Vec<PathBuf>) -> Self {
+        self.deny_paths.extend(paths.into_iter().map(|path| (path, managed::Denial::ReadOnly)));
+        self
+    }
+
+    /// The paths hidden or made read-only by deny rules.
+    pub(crate) fn denied_paths(&self) -> &[(PathBuf, managed::Denial)] {
+        &self.deny_paths
     }
 
     /// Treats the kernel as supporting at most this Landlock ABI, so managed mode refuses
@@ -299,6 +326,13 @@ pub async fn run(spec: &CommandSpec, mode: SandboxMode) -> Result<CommandOutput>
     // Declared before the process group guard, so that on every exit path (including a
     // dropped future) the group is killed before the private temporary directory goes.
     let prepared = match mode {
+        SandboxMode::Bypass if !spec.deny_paths.is_empty() => {
+            return Err(SandboxError::Unenforceable {
+                missing: "the managed sandbox, to mask paths denied by deny rules (this \
+                          command runs in bypass mode)"
+                    .to_owned(),
+            });
+        }
         SandboxMode::Bypass => None,
         SandboxMode::Managed => Some(managed::prepare(spec)?),
     };

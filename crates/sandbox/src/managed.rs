@@ -7,8 +7,11 @@
 //! `exec` with raw system calls only (see [`crate::sys`]). No helper binary is needed.
 
 mod filesystem;
+mod mask;
 mod protected;
 mod seccomp;
+
+pub(crate) use mask::Denial;
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::OwnedFd;
@@ -97,6 +100,8 @@ pub(crate) struct Prepared {
     pub(crate) env_remove: Vec<OsString>,
     /// Git directories that had no `commondir` before the run.
     missing_commondir: Vec<PathBuf>,
+    /// The empty sources of the deny-rule masks, removed when the run ends.
+    _masks: mask::Masks,
 }
 
 /// Prepares containment for `spec`.
@@ -147,15 +152,17 @@ pub(crate) fn prepare(spec: &CommandSpec) -> Result<Prepared> {
         .map_err(|reason| unenforceable(&reason))?;
     let mut mounts = Vec::new();
     for path in &protected.pinned {
-        mounts.push(BindMount { path: c_path(path)?, read_only_flags: None });
+        mounts.push(BindMount { path: c_path(path)?, source: None, read_only_flags: None });
     }
     for path in &protected.read_only {
         let path = c_path(path)?;
         let locked = sys::locked_mount_flags(&path).map_err(|error| {
             unenforceable(&format!("the mount flags of {}: {error}", path.to_string_lossy()))
         })?;
-        mounts.push(BindMount { path, read_only_flags: Some(locked) });
+        mounts.push(BindMount { path, source: None, read_only_flags: Some(locked) });
     }
+    let masks = mask::Masks::prepare(spec.denied_paths())?;
+    mounts.extend(masks.mounts()?);
 
     let (uid, gid) = sys::user_and_group();
     let id_maps = (uid != 0).then(|| {
@@ -200,6 +207,7 @@ pub(crate) fn prepare(spec: &CommandSpec) -> Result<Prepared> {
         env_set,
         env_remove,
         missing_commondir: protected.missing_commondir,
+        _masks: masks,
     })
 }
 

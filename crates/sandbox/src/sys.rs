@@ -148,8 +148,8 @@ impl ChildStep {
             2 => "creating the mount namespace (unshare)",
             3 => "writing the user namespace id maps",
             4 => "making mounts private",
-            5 => "bind-mounting a protected path",
-            6 => "remounting a protected path read-only",
+            5 => "bind-mounting a protected or deny-masked path",
+            6 => "remounting a protected or deny-masked path read-only",
             7 => "dropping capabilities",
             8 => "setting no_new_privs",
             9 => "landlock_restrict_self",
@@ -163,6 +163,8 @@ impl ChildStep {
 #[derive(Debug)]
 pub(crate) struct BindMount {
     pub(crate) path: CString,
+    /// What to bind onto `path`; `None` binds `path` onto itself.
+    pub(crate) source: Option<CString>,
     /// Remount read-only (with these locked flags kept); `None` only pins the path (a mount
     /// point cannot be renamed or removed).
     pub(crate) read_only_flags: Option<libc::c_ulong>,
@@ -240,7 +242,8 @@ fn contain_child(plan: &ChildContainment) -> io::Result<()> {
         }
         for mount in &plan.mounts {
             let path = mount.path.as_ptr();
-            if libc::mount(path, path, null, libc::MS_BIND, std::ptr::null()) == -1 {
+            let source = mount.source.as_ref().map_or(path, |source| source.as_ptr());
+            if libc::mount(source, path, null, libc::MS_BIND, std::ptr::null()) == -1 {
                 return Err(fail(ChildStep::BindMount));
             }
             if let Some(locked) = mount.read_only_flags {

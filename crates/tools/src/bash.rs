@@ -4,7 +4,10 @@
 //! no controlling terminal and non-interactive defaults; its process group is killed when
 //! the call ends (see keel-sandbox). In managed mode it runs contained (the workspace and a
 //! private temporary directory writable, no network, protected git and keel paths
-//! read-only), or not at all when containment cannot be enforced.
+//! read-only), or not at all when containment cannot be enforced. Paths the session's deny
+//! rules deny for reading are masked (empty, read-only) for the command, paths denied for
+//! writing only are read-only; a denial that cannot be resolved or enforced refuses the
+//! command.
 //!
 //! A command that ran is `ok` whatever its exit status, which the result states; bad
 //! arguments, a sandbox refusal, a spawn failure or a timeout are `error`.
@@ -115,9 +118,32 @@ impl Tool for Bash {
             write: context.boundary.write.iter().map(PathBuf::from).collect(),
             network: context.boundary.network,
         };
+        // Paths denied for reading are masked inside the sandbox, resolved to what exists
+        // now; a denial that cannot be resolved refuses the command.
+        // Paths denied for writing only are read-only.
+        let mut masks = Vec::new();
+        for denied in [&context.denied_paths, &context.write_denied_paths] {
+            if denied.is_empty() {
+                masks.push(Vec::new());
+                continue;
+            }
+            let root = workspace.root().to_owned();
+            let denied = denied.clone();
+            match tokio::task::spawn_blocking(move || crate::deny::resolve(&root, &denied)).await {
+                Ok(Ok(paths)) => masks.push(paths),
+                Ok(Err(reason)) => {
+                    return ToolOutput::error(format!("sandbox refused: deny rules: {reason}"));
+                }
+                Err(error) => return ToolOutput::error(format!("sandbox refused: {error}")),
+            }
+        }
+        let read_only = masks.pop().unwrap_or_default();
+        let hidden = masks.pop().unwrap_or_default();
         let spec = CommandSpec::new("bash", workspace.root(), timeout)
             .workspace(workspace.root())
             .boundary(&boundary)
+            .deny_paths(hidden)
+            .deny_writes(read_only)
             .arg("-c")
             .arg(&arguments.command)
             .output_cap_bytes(OUTPUT_CAP_BYTES);

@@ -5,6 +5,7 @@ use keel_contracts::{Tool, ToolContext, ToolOutput, ToolSpec};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::deny::Denied;
 use crate::spec::{blocking, parse_arguments, workspace, write_spec};
 use crate::write_file::write_atomically;
 
@@ -91,12 +92,16 @@ impl Tool for EditFile {
         if arguments.old == arguments.new {
             return ToolOutput::error("`old` and `new` are the same; nothing to change");
         }
+        let denied = Denied::new(workspace.root(), context);
         blocking(move || {
             let shown = &arguments.path;
             let path = match workspace.resolve(shown) {
                 Ok(path) => path,
                 Err(error) => return ToolOutput::error(error.to_string()),
             };
+            if let Some(refusal) = denied.refusal(&path, shown) {
+                return refusal;
+            }
             if !path.is_file() {
                 return ToolOutput::error(format!("`{shown}` is not an existing file"));
             }

@@ -5,6 +5,7 @@ use keel_contracts::{Tool, ToolContext, ToolOutput, ToolSpec};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::deny::Denied;
 use crate::spec::{blocking, parse_arguments, read_spec, workspace};
 use crate::walk::{compile_glob, walk};
 
@@ -79,19 +80,23 @@ impl Tool for Glob {
             Ok(matcher) => matcher,
             Err(reason) => return ToolOutput::error(reason),
         };
+        let denied = Denied::new(workspace.root(), context);
         blocking(move || {
             let raw_root = arguments.path.as_deref().unwrap_or(".");
             let root = match workspace.resolve(raw_root) {
                 Ok(root) => root,
                 Err(error) => return ToolOutput::error(error.to_string()),
             };
+            if let Some(refusal) = denied.refusal(&root, raw_root) {
+                return refusal;
+            }
             if !root.is_dir() {
                 return ToolOutput::error(format!("`{raw_root}` is not a folder"));
             }
             let mut matches = Vec::new();
             let mut n_more = 0_usize;
             let mut n_unreadable = 0_usize;
-            for entry in walk(&root) {
+            for entry in walk(&root, &denied) {
                 let Ok(entry) = entry else {
                     n_unreadable += 1;
                     continue;

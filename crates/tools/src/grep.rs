@@ -11,6 +11,7 @@ use keel_contracts::{Tool, ToolContext, ToolOutput, ToolSpec};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::deny::Denied;
 use crate::spec::{blocking, parse_arguments, read_spec, truncate_chars, workspace};
 use crate::walk::{compile_glob, walk};
 use crate::workspace::Workspace;
@@ -117,11 +118,17 @@ impl Tool for Grep {
         if let Err(error) = RegexMatcherBuilder::new().build(&arguments.pattern) {
             return ToolOutput::error(format!("invalid regex `{}`: {error}", arguments.pattern));
         }
-        blocking(move || search(&workspace, &arguments, filter.as_ref())).await
+        let denied = Denied::new(workspace.root(), context);
+        blocking(move || search(&workspace, &arguments, filter.as_ref(), &denied)).await
     }
 }
 
-fn search(workspace: &Workspace, arguments: &Arguments, filter: Option<&FileFilter>) -> ToolOutput {
+fn search(
+    workspace: &Workspace,
+    arguments: &Arguments,
+    filter: Option<&FileFilter>,
+    denied: &Denied,
+) -> ToolOutput {
     let matcher = match RegexMatcherBuilder::new().build(&arguments.pattern) {
         Ok(matcher) => matcher,
         Err(error) => {
@@ -133,6 +140,9 @@ fn search(workspace: &Workspace, arguments: &Arguments, filter: Option<&FileFilt
         Ok(root) => root,
         Err(error) => return ToolOutput::error(error.to_string()),
     };
+    if let Some(refusal) = denied.refusal(&root, raw_root) {
+        return refusal;
+    }
     let mut searcher =
         SearcherBuilder::new().binary_detection(BinaryDetection::quit(0)).line_number(true).build();
     let mut lines: Vec<String> = Vec::new();
@@ -165,7 +175,7 @@ fn search(workspace: &Workspace, arguments: &Arguments, filter: Option<&FileFilt
             n_unreadable += 1;
         }
     } else if root.is_dir() {
-        for entry in walk(&root) {
+        for entry in walk(&root, denied) {
             let Ok(entry) = entry else {
                 n_unreadable += 1;
                 continue;

@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod bash;
+mod deny;
 mod edit_file;
 mod glob;
 mod grep;
@@ -38,6 +39,7 @@ use std::sync::Arc;
 use keel_contracts::Tool;
 
 pub use bash::{Bash, DEFAULT_BASH_TIMEOUT, MAX_BASH_TIMEOUT};
+pub use deny::{MAX_DENIED_PATHS, MAX_RESOLVE_ENTRIES};
 pub use edit_file::EditFile;
 pub use glob::Glob;
 pub use grep::Grep;

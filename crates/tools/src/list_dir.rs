@@ -5,6 +5,7 @@ use keel_contracts::{Tool, ToolContext, ToolOutput, ToolSpec};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::deny::Denied;
 use crate::spec::{blocking, parse_arguments, read_spec, workspace};
 
 /// Entries listed at most; the rest are counted.
@@ -68,12 +69,16 @@ impl Tool for ListDir {
             Ok(workspace) => workspace,
             Err(output) => return output,
         };
+        let denied = Denied::new(workspace.root(), context);
         blocking(move || {
             let path = match workspace.resolve(&arguments.path) {
                 Ok(path) => path,
                 Err(error) => return ToolOutput::error(error.to_string()),
             };
             let shown = &arguments.path;
+            if let Some(refusal) = denied.refusal(&path, shown) {
+                return refusal;
+            }
             if !path.is_dir() {
                 return ToolOutput::error(format!("`{shown}` is not a folder"));
             }
@@ -89,6 +94,9 @@ impl Tool for ListDir {
                         return ToolOutput::error(format!("cannot list `{shown}`: {error}"));
                     }
                 };
+                if denied.covers(&entry.path()) {
+                    continue;
+                }
                 let name = entry.file_name().to_string_lossy().into_owned();
                 // DirEntry::file_type does not follow links.
                 let line = match entry.file_type() {

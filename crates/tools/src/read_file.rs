@@ -9,6 +9,7 @@ use keel_contracts::{Tool, ToolContext, ToolOutput, ToolSpec};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::deny::Denied;
 use crate::spec::{blocking, parse_arguments, read_spec, truncate_chars, workspace};
 
 /// Lines shown when the call gives no `limit`.
@@ -95,11 +96,15 @@ impl Tool for ReadFile {
         if offset == 0 || limit == 0 {
             return ToolOutput::error("offset and limit must be at least 1");
         }
+        let denied = Denied::new(workspace.root(), context);
         blocking(move || {
             let path = match workspace.resolve(&arguments.path) {
                 Ok(path) => path,
                 Err(error) => return ToolOutput::error(error.to_string()),
             };
+            if let Some(refusal) = denied.refusal(&path, &arguments.path) {
+                return refusal;
+            }
             read_lines(&path, &arguments.path, offset, limit)
         })
         .await

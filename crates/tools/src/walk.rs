@@ -3,15 +3,19 @@
 //! It never follows symbolic links (so it cannot leave the workspace through one, nor loop
 //! on a link cycle), skips `.git` directories, honours `.gitignore`, `.ignore` and
 //! `.git/info/exclude` (also outside a git repository), shows hidden files otherwise, and
-//! yields entries sorted by file name so results are stable.
+//! yields entries sorted by file name so results are stable. Paths the session's deny rules
+//! deny for reading are skipped (with everything under them).
 
 use std::path::Path;
 
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::{Walk, WalkBuilder};
 
+use crate::deny::Denied;
+
 /// A sorted, link-safe walk of `root` and everything below it.
-pub(crate) fn walk(root: &Path) -> Walk {
+pub(crate) fn walk(root: &Path, denied: &Denied) -> Walk {
+    let denied = denied.clone();
     let mut builder = WalkBuilder::new(root);
     builder
         .follow_links(false)
@@ -19,7 +23,7 @@ pub(crate) fn walk(root: &Path) -> Walk {
         .git_global(false)
         .require_git(false)
         .sort_by_file_name(|a, b| a.cmp(b))
-        .filter_entry(|entry| entry.file_name() != ".git");
+        .filter_entry(move |entry| entry.file_name() != ".git" && !denied.covers(entry.path()));
     builder.build()
 }
 

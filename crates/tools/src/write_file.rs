@@ -10,6 +10,7 @@ use keel_contracts::{Tool, ToolContext, ToolOutput, ToolSpec};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::deny::Denied;
 use crate::spec::{blocking, parse_arguments, workspace, write_spec};
 
 /// The `write_file` tool: `path`, `content`.
@@ -75,12 +76,16 @@ impl Tool for WriteFile {
             Ok(workspace) => workspace,
             Err(output) => return output,
         };
+        let denied = Denied::new(workspace.root(), context);
         blocking(move || {
             let shown = &arguments.path;
             let path = match workspace.resolve(shown) {
                 Ok(path) => path,
                 Err(error) => return ToolOutput::error(error.to_string()),
             };
+            if let Some(refusal) = denied.refusal(&path, shown) {
+                return refusal;
+            }
             if path.is_dir() {
                 return ToolOutput::error(format!("`{shown}` is a folder"));
             }

@@ -7,6 +7,7 @@ mod suite {
     mod b10_background;
     mod b11_stdin;
     mod bash;
+    mod deny_rules;
     mod edit_file;
     mod glob;
     mod grep;

@@ -2,6 +2,7 @@ mod boundary;
 mod budgets;
 mod children;
 mod context;
+mod data;
 mod dependencies;
 mod faults;
 mod gates;

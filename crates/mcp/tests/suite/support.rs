@@ -109,6 +109,8 @@ pub(crate) fn context(workspace: &Path) -> ToolContext {
         call_id: ToolCallId::from("c1"),
         sandbox: SandboxMode::Managed,
         boundary: Default::default(),
+        denied_paths: Default::default(),
+        write_denied_paths: Default::default(),
     }
 }
 

@@ -52,6 +52,8 @@ pub(crate) fn context(root: &Path, sandbox: SandboxMode) -> ToolContext {
         call_id: ToolCallId("c1".to_owned()),
         sandbox,
         boundary: Default::default(),
+        denied_paths: Default::default(),
+        write_denied_paths: Default::default(),
     }
 }
 
