@@ -56,4 +56,7 @@ pub use command::{
 };
 pub use error::{Result, SandboxError};
 pub use keel_contracts::SandboxMode;
-pub use managed::{ManagedSupport, managed_support};
+pub use managed::{
+    INHERITED_ENV, ManagedSupport, is_credential_store, managed_support, protected_path,
+    recover_plants,
+};

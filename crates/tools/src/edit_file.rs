@@ -93,7 +93,7 @@ impl Tool for EditFile {
         }
         blocking(move || {
             let shown = &arguments.path;
-            let path = match workspace.resolve(shown) {
+            let path = match workspace.resolve_writable(shown) {
                 Ok(path) => path,
                 Err(error) => return ToolOutput::error(error.to_string()),
             };

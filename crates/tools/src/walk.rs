@@ -5,13 +5,17 @@
 //! `.git/info/exclude` (also outside a git repository), shows hidden files otherwise, and
 //! yields entries sorted by file name so results are stable.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::{Walk, WalkBuilder};
 
-/// A sorted, link-safe walk of `root` and everything below it.
+/// A sorted, link-safe walk of `root` and everything below it, without the home folder's
+/// credential stores.
 pub(crate) fn walk(root: &Path) -> Walk {
+    let home = std::env::var_os("HOME").filter(|home| !home.is_empty()).map(PathBuf::from);
+    let xdg_config =
+        std::env::var_os("XDG_CONFIG_HOME").filter(|config| !config.is_empty()).map(PathBuf::from);
     let mut builder = WalkBuilder::new(root);
     builder
         .follow_links(false)
@@ -19,7 +23,14 @@ pub(crate) fn walk(root: &Path) -> Walk {
         .git_global(false)
         .require_git(false)
         .sort_by_file_name(|a, b| a.cmp(b))
-        .filter_entry(|entry| entry.file_name() != ".git");
+        .filter_entry(move |entry| {
+            entry.file_name() != ".git"
+                && !keel_sandbox::is_credential_store(
+                    entry.path(),
+                    home.as_deref(),
+                    xdg_config.as_deref(),
+                )
+        });
     builder.build()
 }
 
