@@ -214,9 +214,13 @@ fn repair(note: &Note) -> Vec<String> {
     for bytes in &note.absent {
         let path = path_of(bytes);
         if path.symlink_metadata().is_ok() && inside(&path) {
+            let effect = if path.file_name() == Some(std::ffi::OsStr::new("commondir")) {
+                "would redirect git to another config"
+            } else {
+                "git or keel would read as configuration"
+            };
             notes.push(format!(
-                "keel sandbox: the command created {}, which git or keel would read as \
-                 configuration; {}",
+                "keel sandbox: the command created {}, which {effect}; {}",
                 path.display(),
                 outcome(remove_entry(&path))
             ));
