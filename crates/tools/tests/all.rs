@@ -14,6 +14,7 @@ mod suite {
     mod managed_escape;
     mod managed_work;
     mod read_file;
+    mod redteam_protected;
     mod specs;
     mod support;
     mod write_file;

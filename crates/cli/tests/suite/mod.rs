@@ -8,5 +8,6 @@ mod openai_e2e;
 mod outbox_e2e;
 mod postgres_e2e;
 mod providers_e2e;
+mod redteam_orphans;
 mod seal;
 mod support;
