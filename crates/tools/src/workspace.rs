@@ -99,12 +99,11 @@ impl Workspace {
     /// read-only in managed mode, [`keel_sandbox::protected_path`]).
     pub(crate) fn resolve_writable(&self, raw: &str) -> Result<PathBuf, PathError> {
         let resolved = self.resolve(raw)?;
-        for candidate in [self.root.join(raw), resolved.clone()] {
-            if let Some(reason) =
-                keel_sandbox::protected_path(&self.root, &candidate, self.home.as_deref())
-            {
-                return Err(PathError::Protected { raw: raw.to_owned(), reason });
-            }
+        // Checked as given (lexically) and as resolved in one scan.
+        if let Some(reason) =
+            keel_sandbox::protected_path(&self.root, &self.root.join(raw), self.home.as_deref())
+        {
+            return Err(PathError::Protected { raw: raw.to_owned(), reason });
         }
         Ok(resolved)
     }
