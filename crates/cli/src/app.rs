@@ -331,6 +331,11 @@ pub(crate) fn canonical_workspace(dir: Option<&Path>) -> anyhow::Result<PathBuf>
     if !canonical.is_dir() {
         return Err(usage(format!("workspace {} is not a directory", canonical.display())));
     }
+    // A keel killed during a managed command may have left plants (a git `commondir`, a
+    // linked worktree entry) behind: repair them before anything reads the workspace.
+    for note in keel_sandbox::recover_plants(&canonical) {
+        eprintln!("keel: {note}");
+    }
     Ok(canonical)
 }
 

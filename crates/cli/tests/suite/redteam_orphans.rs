@@ -104,11 +104,16 @@ fn redteam_orphans_plants_of_a_killed_keel_are_removed_at_the_next_start() {
     keel.wait().unwrap();
     assert!(ws.join(".git/commondir").exists(), "keel died before it could repair");
 
-    // The next start (a managed command in the same workspace) repairs first.
+    // The next start repairs first (the CLI calls keel_sandbox::recover_plants).
     let next = spawn_run(&env, &ws, "git status --short >/dev/null && echo clean > after.txt");
     let output = next.wait_with_output().unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(!ws.join(".git/commondir").exists(), "{}", stdout(&output));
+    assert!(
+        stderr(&output).contains(".git/commondir, which would redirect git to another config"),
+        "the repair is reported at start: {}",
+        stderr(&output)
+    );
     assert!(!ws.join(".git/worktrees/evil").exists());
     assert_eq!(std::fs::read_to_string(ws.join("after.txt")).unwrap(), "clean\n");
 }

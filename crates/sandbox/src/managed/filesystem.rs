@@ -306,3 +306,39 @@ pub(crate) fn credential_stores_to_mask(
     }
     masked
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_stores_under_a_grant_are_masked_unless_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        for store in [".ssh", ".aws", ".config/git"] {
+            std::fs::create_dir_all(home.join(store)).unwrap();
+        }
+        std::fs::write(home.join(".config/git/credentials"), "x").unwrap();
+        std::fs::write(home.join(".netrc"), "x").unwrap();
+        let policy = FsPolicy {
+            read_only: vec![home.join(".config/git")],
+            read_write: vec![home.clone()],
+            ..FsPolicy::default()
+        };
+        let mut masked =
+            credential_stores_to_mask(&policy, Some(&home), None, &[home.join(".aws")]);
+        masked.sort();
+        let expected = vec![
+            (home.join(".config/git/credentials"), false),
+            (home.join(".netrc"), false),
+            (home.join(".ssh"), true),
+        ];
+        assert_eq!(masked, expected, "the named ~/.aws is left alone");
+        assert!(
+            !credential_stores_to_mask(&FsPolicy::default(), Some(&home), None, &[])
+                .iter()
+                .any(|_| true),
+            "nothing granted, nothing to mask"
+        );
+    }
+}

@@ -225,6 +225,23 @@ async fn redteam_alias_working_directory_inside_the_git_directory() {
     assert_eq!(repo.read("from-git-dir.txt"), "ok\n");
 }
 
+#[tokio::test]
+async fn redteam_alias_proc_pid_root_of_processes_outside() {
+    let repo = Repo::new();
+    let before = repo.read(".git/config");
+    let outsider = std::process::id();
+    let out = repo
+        .sh(&format!(
+            "for pid in 1 {outsider}; do echo x >> /proc/$pid/root{ws}/.git/config; \
+             echo x >> /proc/$pid/cwd/.git/config; done 2>/dev/null; \
+             echo fine > /proc/self/root{ws}/via-own-root.txt; cat via-own-root.txt",
+            ws = repo.root.display()
+        ))
+        .await;
+    assert_eq!(repo.read(".git/config"), before);
+    assert_eq!(out.stdout.text, "fine\n", "{out:?}");
+}
+
 // ---- Item 3: config-named files, every spelling ---------------------------------------
 
 #[tokio::test]
