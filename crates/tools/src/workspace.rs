@@ -250,6 +250,23 @@ mod tests {
     }
 
     #[test]
+    fn redteam_tool_credential_stores_when_the_workspace_is_home() {
+        let (_dir, workspace) = setup();
+        let workspace = Workspace { home: Some(workspace.root.clone()), ..workspace };
+        std::fs::create_dir_all(workspace.root().join(".ssh")).unwrap();
+        std::fs::write(workspace.root().join(".ssh/id_ed25519"), "key").unwrap();
+        std::fs::write(workspace.root().join(".netrc"), "machine x password y").unwrap();
+        for raw in [".ssh/id_ed25519", ".ssh", ".netrc", ".aws/credentials"] {
+            assert!(matches!(workspace.resolve(raw), Err(PathError::Credentials { .. })), "{raw}");
+        }
+        assert_eq!(
+            workspace.resolve("src/main.rs").unwrap(),
+            workspace.root().join("src/main.rs"),
+            "an ordinary file in the home folder stays reachable"
+        );
+    }
+
+    #[test]
     fn empty_is_refused() {
         let (_dir, workspace) = setup();
         assert!(matches!(workspace.resolve(""), Err(PathError::Empty)));
