@@ -439,6 +439,9 @@ fn enter_pid_namespace(keel_alive: libc::c_int, init_report: libc::c_int) -> Res
     }
     let [shim_alive_read, shim_alive_write] = shim_alive;
     let [report_read, report_write] = report;
+    // The shim and the init never exec, so keel's signal handlers (tokio's SIGCHLD
+    // handler among them) would otherwise run in them.
+    reset_signal_handlers();
     let init = raw_fork().ok_or(ChildStep::Fork)?;
     if init > 0 {
         // SAFETY: closing descriptors this process owns; `bytes` is a valid 4-byte buffer.
@@ -475,6 +478,20 @@ fn enter_pid_namespace(keel_alive: libc::c_int, init_report: libc::c_int) -> Res
         libc::close(report_write);
     }
     Ok(())
+}
+
+/// Resets every signal's disposition to the default. Async-signal-safe.
+fn reset_signal_handlers() {
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: signal(2) with SIG_DFL installs no handler; an invalid number fails
+        // harmlessly with EINVAL.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
 }
 
 /// `fork` as a raw `clone(SIGCHLD)`: no atfork handlers run, so no lock inherited from the
