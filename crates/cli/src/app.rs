@@ -127,6 +127,8 @@ struct Resolved {
     context_window: Option<u64>,
     max_agent_depth: u32,
     counter: Arc<dyn keel_contracts::TokenCounter>,
+    /// `[shell] env` of the user's config: names commands inherit beyond the allow-list.
+    shell_env: Vec<String>,
 }
 
 fn resolve(
@@ -314,6 +316,7 @@ fn resolve(
         context_window,
         counter,
         max_agent_depth: config.max_agent_depth.unwrap_or(keel_kernel::DEFAULT_MAX_AGENT_DEPTH),
+        shell_env: config.shell.env.clone(),
     })
 }
 
@@ -351,6 +354,11 @@ pub(crate) fn canonical_workspace(dir: Option<&Path>) -> anyhow::Result<PathBuf>
     if !canonical.is_dir() {
         return Err(usage(format!("workspace {} is not a directory", canonical.display())));
     }
+    // A keel killed during a managed command may have left plants (a git `commondir`, a
+    // linked worktree entry) behind: repair them before anything reads the workspace.
+    for note in keel_sandbox::recover_plants(&canonical) {
+        eprintln!("keel: {note}");
+    }
     Ok(canonical)
 }
 
@@ -366,7 +374,12 @@ fn build_kernel(
     let deps = KernelDeps {
         store,
         model,
-        tools: keel_tools::builtin_tools().into_iter().chain(mcp.tools()).collect(),
+        tools: keel_tools::builtin_tools_with(&keel_tools::BuiltinOptions {
+            shell_env: resolved.shell_env.clone(),
+        })
+        .into_iter()
+        .chain(mcp.tools())
+        .collect(),
         clock: Arc::new(SystemClock),
         ids: Arc::new(UuidV7Ids),
         permissions: resolved.permissions.clone(),

@@ -57,6 +57,19 @@ pub(crate) struct ConfigFile {
     /// `[[outbox]]`: sinks the ledger is mirrored to (user file only).
     #[serde(default)]
     pub(crate) outbox: Vec<keel_outbox::SinkConfig>,
+    /// `[shell]`: what commands get (user file only).
+    #[serde(default)]
+    pub(crate) shell: ShellConfig,
+}
+
+/// `[shell]`: `env = ["NAME", ...]`, environment variables `bash` commands inherit in
+/// managed mode beyond the sandbox's allow-list. User file only: a repository naming
+/// `GITHUB_TOKEN` here would hand it to every command.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ShellConfig {
+    #[serde(default)]
+    pub(crate) env: Vec<String>,
 }
 
 /// `[permissions]`: rules such as `bash(git status*)` that pre-answer consent.
@@ -222,6 +235,9 @@ fn user_only_keys(file: &ConfigFile) -> Vec<String> {
         keys.push("permissions.allow".to_owned());
     }
     keys.extend(file.outbox.iter().map(|sink| format!("outbox.{}", sink.name)));
+    if !file.shell.env.is_empty() {
+        keys.push("shell.env".to_owned());
+    }
     keys
 }
 
@@ -419,6 +435,10 @@ fn overlay_user(loaded: &mut Loaded, file: ConfigFile, label: &str) {
     for sink in file.outbox {
         loaded.set_origin(&format!("outbox.{}", sink.name), label);
         loaded.config.outbox.push(sink);
+    }
+    if !file.shell.env.is_empty() {
+        loaded.config.shell.env.extend(file.shell.env);
+        loaded.origin("shell.env", label);
     }
 }
 

@@ -199,4 +199,8 @@ fn print_tables(config: &ConfigFile, origins: &std::collections::BTreeMap<String
             format!("[[outbox]] name = {:?}, kind = {kind:?}  # {}", sink.name, source(&key));
         outln!("{}", crate::safe_read::visible(&line, false));
     }
+    if !config.shell.env.is_empty() {
+        let line = format!("shell.env = {:?}  # {}", config.shell.env, source("shell.env"));
+        outln!("{}", crate::safe_read::visible(&line, false));
+    }
 }

@@ -55,6 +55,7 @@ pub struct CommandSpec {
     output_cap_bytes: usize,
     workspace: Option<PathBuf>,
     extra: Boundary,
+    inherit_env: Vec<OsString>,
     landlock_abi_ceiling: Option<u8>,
     deny_paths: Vec<(PathBuf, managed::Denial)>,
 }
@@ -73,6 +74,7 @@ impl CommandSpec {
             output_cap_bytes: DEFAULT_OUTPUT_CAP_BYTES,
             workspace: None,
             extra: Boundary::default(),
+            inherit_env: Vec::new(),
             landlock_abi_ceiling: None,
             deny_paths: Vec::new(),
         }
@@ -101,6 +103,17 @@ impl CommandSpec {
     #[must_use]
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
         self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Lets a managed command inherit keel's value of the variable `name` (exact name),
+    /// beyond the allow-list [`INHERITED_ENV`](crate::INHERITED_ENV) and `LC_*`. In managed
+    /// mode nothing else of keel's environment reaches the command: list here what the
+    /// user named (the CLI's `[shell] env`). No effect in bypass mode, which inherits
+    /// everything.
+    #[must_use]
+    pub fn inherit_env(mut self, name: impl Into<OsString>) -> Self {
+        self.inherit_env.push(name.into());
         self
     }
 
@@ -224,6 +237,11 @@ impl CommandSpec {
         &self.extra
     }
 
+    /// The names a managed command inherits beyond the allow-list.
+    pub fn inherited_env_names(&self) -> &[OsString] {
+        &self.inherit_env
+    }
+
     pub(crate) fn landlock_abi_ceiling_value(&self) -> Option<u8> {
         self.landlock_abi_ceiling
     }
@@ -293,8 +311,9 @@ pub struct CommandOutput {
     /// The last non-empty output line, from whichever stream wrote last (what a silent
     /// command was waiting on at a timeout, e.g. a prompt).
     pub last_line: Option<String>,
-    /// What managed containment repaired after the command (e.g. a planted git
-    /// `commondir` removed); empty in bypass mode.
+    /// What managed containment skipped or repaired around the command (e.g. a planted git
+    /// `commondir` removed, a FIFO where a git config should be skipped, plants of a
+    /// crashed earlier run removed); empty in bypass mode.
     pub notes: Vec<String>,
 }
 
@@ -346,18 +365,17 @@ pub async fn run(spec: &CommandSpec, mode: SandboxMode) -> Result<CommandOutput>
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    for (key, value) in NON_INTERACTIVE_ENV {
-        command.env(key, value);
-    }
     match &prepared {
-        None => sys::start_new_session(&mut command),
-        Some(prepared) => {
-            for key in &prepared.env_remove {
-                command.env_remove(key);
-            }
-            for (key, value) in &prepared.env_set {
+        None => {
+            for (key, value) in NON_INTERACTIVE_ENV {
                 command.env(key, value);
             }
+            sys::start_new_session(&mut command);
+        }
+        Some(prepared) => {
+            // An allow-listed environment, not keel's minus what looks secret.
+            command.env_clear();
+            command.envs(prepared.env.iter().map(|(key, value)| (key, value)));
             sys::start_contained_session(&mut command, Arc::clone(&prepared.plan));
         }
     }
@@ -436,7 +454,11 @@ pub async fn run(spec: &CommandSpec, mode: SandboxMode) -> Result<CommandOutput>
     // Leftover policy: whatever the command left running in its group dies with the call.
     group.kill();
     drop(group);
-    let notes = prepared.as_ref().map(managed::after_run).unwrap_or_default();
+    let mut notes: Vec<String> = prepared
+        .as_ref()
+        .map(|prepared| managed::notes_before(prepared).to_vec())
+        .unwrap_or_default();
+    notes.extend(prepared.as_ref().map(managed::after_run).unwrap_or_default());
 
     let last_line = match last_stream {
         LastStream::Stdout => stdout_buffer.last_line(),

@@ -6,7 +6,9 @@
 //! - It starts in a new session (`setsid`): no controlling terminal, its own process
 //!   group. Its stdin is `/dev/null`, so a prompt reads end-of-file instead of waiting.
 //! - The environment gets non-interactive defaults ([`NON_INTERACTIVE_ENV`]), which the
-//!   spec's own overrides may replace.
+//!   spec's own overrides may replace. In managed mode it is otherwise an allow-list
+//!   ([`INHERITED_ENV`], `LC_*`, [`CommandSpec::inherit_env`]), never keel's whole
+//!   environment.
 //! - Completion is keyed on the exit of the spawned process plus a short drain grace
 //!   ([`DRAIN_GRACE`]), never on pipe end-of-file alone, so a background child holding the
 //!   pipes cannot hang the call.
@@ -27,6 +29,15 @@
 //! and applied in the child before `exec`, so no helper binary is needed. When any of it
 //! cannot be enforced, [`run`] returns [`SandboxError::Unenforceable`] and nothing runs;
 //! [`managed_support`] reports up front whether (and how far) it can be enforced.
+//!
+//! Also in managed mode: the command runs in its own PID namespace under a shim that kills
+//! it when keel exits or is killed (`kill -9` included), so nothing it started outlives
+//! keel; writable roots are `nosuid,nodev` and seccomp refuses set-id modes; credential
+//! stores of the home folder are masked; other mounts of the workspace get its protected
+//! view. Plants the mounts cannot prevent are recorded durably and repaired after the run
+//! on every exit path, and after a crash by [`recover_plants`]. [`protected_path`] is the
+//! one list of protected paths, shared with the file tools; [`is_credential_store`] names
+//! the credential stores.
 //!
 //! A boundary the user widened on purpose (the kernel's `request_boundary`, recorded in the
 //! ledger) reaches a command as extra exact paths and a network switch:
@@ -56,4 +67,7 @@ pub use command::{
 };
 pub use error::{Result, SandboxError};
 pub use keel_contracts::SandboxMode;
-pub use managed::{ManagedSupport, managed_support};
+pub use managed::{
+    INHERITED_ENV, ManagedSupport, is_credential_store, managed_support, protected_path,
+    recover_plants,
+};

@@ -6,8 +6,11 @@
 //! list, a private temporary directory) and the child applies it between `fork` and
 //! `exec` with raw system calls only (see [`crate::sys`]). No helper binary is needed.
 
+mod aliases;
 mod filesystem;
+mod gitconfig;
 mod mask;
+mod plants;
 mod protected;
 mod seccomp;
 
@@ -21,21 +24,14 @@ use std::sync::Arc;
 
 use crate::command::CommandSpec;
 use crate::error::{Result, SandboxError};
-use crate::sys::{self, BindMount, ChildContainment};
+use crate::sys::{self, AliasMount, BindMount, ChildContainment, WritableRoot};
 
 pub(crate) use filesystem::MIN_LANDLOCK_ABI;
 
-/// Environment variables removed in managed mode: names that look like credentials.
-const SECRET_ENV_WORDS: &[&str] = &[
-    "API_KEY",
-    "TOKEN",
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "CREDENTIAL",
-    "ACCESS_KEY",
-    "PRIVATE_KEY",
-];
+/// Variables a managed command inherits from keel's environment (besides the names a spec
+/// lists with [`CommandSpec::inherit_env`]); every `LC_*` too. Everything else is dropped:
+/// a database URL, a token or a DSN reaches a command only when named.
+pub const INHERITED_ENV: &[&str] = &["PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER", "SHELL"];
 
 /// What managed mode enforces on this machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,17 +85,24 @@ pub fn managed_support(landlock_abi_ceiling: Option<u8>) -> Result<ManagedSuppor
 }
 
 /// A run prepared for managed containment.
+///
+/// Dropping it (after the command's process group was killed) closes keel's end of the
+/// liveness pipe (the shim kills the namespace), repairs plants once the namespace is gone,
+/// then removes the private temporary directory, in that order.
 #[derive(Debug)]
 pub(crate) struct Prepared {
     pub(crate) plan: Arc<ChildContainment>,
     /// Read end of the child's status pipe.
     pub(crate) status: OwnedFd,
+    /// keel's end of the liveness pipe: the only write end.
+    _keel_alive: OwnedFd,
+    guard: std::sync::Mutex<Option<plants::PlantGuard>>,
     /// The per-run temporary directory, held so that it is removed when the run ends.
     _temp_dir: tempfile::TempDir,
-    pub(crate) env_set: Vec<(OsString, OsString)>,
-    pub(crate) env_remove: Vec<OsString>,
-    /// Git directories that had no `commondir` before the run.
-    missing_commondir: Vec<PathBuf>,
+    /// The whole environment of the command before the spec's overrides.
+    pub(crate) env: Vec<(OsString, OsString)>,
+    /// What was found or repaired before the run (reported with the result).
+    notes_before: Vec<String>,
     /// The empty sources of the deny-rule masks, removed when the run ends.
     _masks: mask::Masks,
 }
@@ -110,6 +113,11 @@ pub(crate) fn prepare(spec: &CommandSpec) -> Result<Prepared> {
     let workspace = spec.writable_root().canonicalize().map_err(|error| {
         unenforceable(&format!("a usable workspace {}: {error}", spec.writable_root().display()))
     })?;
+    let cwd = spec.cwd().canonicalize().map_err(|error| {
+        unenforceable(&format!("a usable working directory {}: {error}", spec.cwd().display()))
+    })?;
+    // A crash of an earlier keel during a command here may have left plants behind.
+    let mut notes_before = plants::recover(&workspace);
     let temp_dir = tempfile::Builder::new()
         .prefix("keel-sandbox-")
         .tempdir()
@@ -148,21 +156,55 @@ pub(crate) fn prepare(spec: &CommandSpec) -> Result<Prepared> {
     let seccomp_filters =
         seccomp::filters(extra.network).map_err(|reason| unenforceable(&reason))?;
 
-    let protected = protected::find(&workspace, &policy.extra_write)
-        .map_err(|reason| unenforceable(&reason))?;
+    let protected =
+        protected::find(&workspace, &policy.extra_write, home.as_deref(), protected::Mode::Prepare)
+            .map_err(|reason| unenforceable(&reason))?;
+    notes_before.extend(protected.notes.iter().cloned());
+    let mut writable_roots = Vec::new();
+    for path in std::iter::once(&workspace).chain([&temp_path]).chain(&policy.extra_write) {
+        let path = c_path(path)?;
+        let locked_flags = locked_flags(&path)?;
+        writable_roots.push(WritableRoot { path, locked_flags });
+    }
     let mut mounts = Vec::new();
     for path in &protected.pinned {
         mounts.push(BindMount { path: c_path(path)?, source: None, read_only_flags: None });
     }
     for path in &protected.read_only {
         let path = c_path(path)?;
-        let locked = sys::locked_mount_flags(&path).map_err(|error| {
-            unenforceable(&format!("the mount flags of {}: {error}", path.to_string_lossy()))
-        })?;
+        let locked = locked_flags(&path)?;
         mounts.push(BindMount { path, source: None, read_only_flags: Some(locked) });
     }
     let masks = mask::Masks::prepare(spec.denied_paths())?;
     mounts.extend(masks.mounts()?);
+    let mut alias_mounts = Vec::new();
+    for alias in aliases::of(&workspace) {
+        alias_mounts.push(AliasMount {
+            source: c_path(&alias.source)?,
+            target: c_path(&alias.target)?,
+            read_only_flags: None,
+        });
+    }
+    let xdg_config = env_value(spec, "XDG_CONFIG_HOME").map(PathBuf::from);
+    let named: Vec<PathBuf> = extra.read.iter().chain(&extra.write).cloned().collect();
+    let masked = filesystem::credential_stores_to_mask(
+        &policy,
+        home.as_deref(),
+        xdg_config.as_deref(),
+        &named,
+    );
+    if !masked.is_empty() {
+        let (empty_dir, empty_file) = mask_sources(&temp_path)?;
+        for (store, is_dir) in masked {
+            let source = c_path(if is_dir { &empty_dir } else { &empty_file })?;
+            let locked = locked_flags(&source)?;
+            alias_mounts.push(AliasMount {
+                source,
+                target: c_path(&store)?,
+                read_only_flags: Some(locked),
+            });
+        }
+    }
 
     let (uid, gid) = sys::user_and_group();
     let id_maps = (uid != 0).then(|| {
@@ -170,19 +212,61 @@ pub(crate) fn prepare(spec: &CommandSpec) -> Result<Prepared> {
     });
     let (status_read, status_write) =
         sys::status_pipe().map_err(|error| unenforceable(&format!("a status pipe: {error}")))?;
+    let (keel_alive_read, keel_alive_write) =
+        sys::status_pipe().map_err(|error| unenforceable(&format!("a liveness pipe: {error}")))?;
+    let (init_report_read, init_report_write) = sys::status_pipe()
+        .map_err(|error| unenforceable(&format!("a namespace report pipe: {error}")))?;
     let plan = Arc::new(ChildContainment {
         id_maps,
+        writable_roots,
         mounts,
+        aliases: alias_mounts,
+        cwd: c_path(&cwd)?,
+        keel_alive: keel_alive_read,
+        init_report: init_report_write,
         landlock_ruleset: ruleset,
         seccomp_filters,
         status: status_write,
     });
 
-    let mut env_set = Vec::new();
-    for key in ["TMPDIR", "TMP", "TEMP"] {
-        env_set.push((OsString::from(key), temp_path.clone().into_os_string()));
+    let writable: Vec<PathBuf> =
+        std::iter::once(workspace.clone()).chain(policy.extra_write.iter().cloned()).collect();
+    let (mut guard, guard_note) = plants::PlantGuard::arm(&writable, &protected);
+    guard.wait_for_namespace(init_report_read);
+    notes_before.extend(guard_note);
+
+    Ok(Prepared {
+        plan,
+        status: status_read,
+        _keel_alive: keel_alive_write,
+        guard: std::sync::Mutex::new(Some(guard)),
+        _temp_dir: temp_dir,
+        env: environment(spec, &temp_path),
+        notes_before,
+        _masks: masks,
+    })
+}
+
+/// The command's environment before the spec's own overrides: the allow-listed variables
+/// of keel's environment ([`INHERITED_ENV`], `LC_*`, the spec's
+/// [`CommandSpec::inherit_env`] names), the non-interactive defaults, the private
+/// temporary directory, and git's foreground maintenance.
+fn environment(spec: &CommandSpec, temp_path: &Path) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(key, _)| {
+            let name = key.as_bytes();
+            INHERITED_ENV.iter().any(|allowed| allowed.as_bytes() == name)
+                || name.starts_with(b"LC_")
+                || spec.inherited_env_names().iter().any(|named| named == key)
+        })
+        .collect();
+    for (key, value) in crate::command::NON_INTERACTIVE_ENV {
+        env.push((OsString::from(key), OsString::from(value)));
     }
-    env_set.push((OsString::from("XDG_CACHE_HOME"), temp_path.join(".cache").into_os_string()));
+    for key in ["TMPDIR", "TMP", "TEMP"] {
+        env.push((OsString::from(key), temp_path.as_os_str().to_owned()));
+    }
+    env.push((OsString::from("XDG_CACHE_HOME"), temp_path.join(".cache").into_os_string()));
     // Git's automatic maintenance detaches with setsid, which the filter refuses; run it in
     // the foreground instead of printing an error after every commit.
     if env_value(spec, "GIT_CONFIG_COUNT").is_none() {
@@ -193,44 +277,77 @@ pub(crate) fn prepare(spec: &CommandSpec) -> Result<Prepared> {
             ("GIT_CONFIG_KEY_1", "maintenance.autoDetach"),
             ("GIT_CONFIG_VALUE_1", "false"),
         ] {
-            env_set.push((OsString::from(key), OsString::from(value)));
+            env.push((OsString::from(key), OsString::from(value)));
         }
     }
-    let env_remove = std::env::vars_os()
-        .map(|(key, _)| key)
-        .filter(|key| is_secret_name(key) && !spec.env_overrides().contains_key(key))
-        .collect();
-    Ok(Prepared {
-        plan,
-        status: status_read,
-        _temp_dir: temp_dir,
-        env_set,
-        env_remove,
-        missing_commondir: protected.missing_commondir,
-        _masks: masks,
+    env
+}
+
+/// An empty directory and file in the private temporary directory, mounted read-only over
+/// credential stores.
+fn mask_sources(temp_path: &Path) -> Result<(PathBuf, PathBuf)> {
+    let dir = temp_path.join(".keel-masks");
+    let empty_dir = dir.join("empty-dir");
+    let empty_file = dir.join("empty-file");
+    std::fs::create_dir_all(&empty_dir)
+        .and_then(|()| std::fs::write(&empty_file, ""))
+        .map_err(|error| unenforceable(&format!("placeholders for credential stores: {error}")))?;
+    Ok((empty_dir, empty_file))
+}
+
+fn locked_flags(path: &CString) -> Result<libc::c_ulong> {
+    sys::locked_mount_flags(path).map_err(|error| {
+        unenforceable(&format!("the mount flags of {}: {error}", path.to_string_lossy()))
     })
 }
 
+/// Notes from before the run (recovered plants, skipped configs, repaired links).
+pub(crate) fn notes_before(prepared: &Prepared) -> &[String] {
+    &prepared.notes_before
+}
+
 /// Repairs what the mounts cannot prevent, once the command's process group is dead:
-/// removes a `commondir` file planted in a git directory that had none. Returns a note
-/// for each repair.
+/// waits for its process namespace to be gone, removes plants and puts protected links
+/// back. Returns a note for each repair. Dropping [`Prepared`] without calling this
+/// repairs too (without notes).
 pub(crate) fn after_run(prepared: &Prepared) -> Vec<String> {
-    let mut notes = Vec::new();
-    for git_dir in &prepared.missing_commondir {
-        let planted = git_dir.join("commondir");
-        if planted.symlink_metadata().is_ok() {
-            let outcome = match std::fs::remove_file(&planted) {
-                Ok(()) => "removed it".to_owned(),
-                Err(error) => format!("could not remove it: {error}"),
-            };
-            notes.push(format!(
-                "keel sandbox: the command created {}, which would redirect git to another \
-                 config; {outcome}",
-                planted.display()
-            ));
-        }
+    let guard = match prepared.guard.lock() {
+        Ok(mut guard) => guard.take(),
+        Err(poisoned) => poisoned.into_inner().take(),
+    };
+    guard.map(plants::PlantGuard::finish).unwrap_or_default()
+}
+
+/// Repairs what the durable plant notes in `workspace` name whose keel process is gone:
+/// plants a managed command left when keel crashed (or was killed) during it. Returns a
+/// note per repair, for the user. Call it once at start, before anything runs git in the
+/// workspace; managed runs call it themselves before every command.
+pub fn recover_plants(workspace: &Path) -> Vec<String> {
+    match workspace.canonicalize() {
+        Ok(workspace) => plants::recover(&workspace),
+        Err(_) => Vec::new(),
     }
-    notes
+}
+
+/// Why `path` may not be written by an agent in `workspace`, or `None` when it may: the
+/// same protected paths managed commands get read-only (git hooks, config,
+/// `config.worktree`, `commondir`, config-named hooks paths and includes, `.keel/`, a
+/// `KEEL_HOME` inside the workspace, protected symbolic links and their targets, linked
+/// worktree state). `path` is absolute; it is checked as given (so a protected link is
+/// protected itself) and resolved (so a link to a protected path is too).
+pub fn protected_path(workspace: &Path, path: &Path, home: Option<&Path>) -> Option<String> {
+    let workspace = match workspace.canonicalize() {
+        Ok(workspace) => workspace,
+        Err(error) => return Some(format!("the workspace cannot be resolved: {error}")),
+    };
+    protected::protection(&workspace, path, home)
+}
+
+/// Whether `path` (absolute, resolved) is one of the home folder's credential stores
+/// (`~/.ssh`, `~/.aws`, `~/.git-credentials`, ... or inside one): managed commands cannot
+/// read them, and the file tools refuse them.
+pub fn is_credential_store(path: &Path, home: Option<&Path>, xdg_config: Option<&Path>) -> bool {
+    filesystem::credential_stores(home, xdg_config).iter().any(|store| path.starts_with(store))
 }
 
 /// Turns a failed spawn of a contained child into a refusal when containment itself
@@ -246,11 +363,6 @@ pub(crate) fn child_failure(prepared: &Prepared) -> Option<SandboxError> {
 
 fn env_value(spec: &CommandSpec, key: &str) -> Option<OsString> {
     spec.env_overrides().get(OsStr::new(key)).cloned().or_else(|| std::env::var_os(key))
-}
-
-fn is_secret_name(key: &OsStr) -> bool {
-    let key = key.to_string_lossy().to_ascii_uppercase();
-    SECRET_ENV_WORDS.iter().any(|word| key.contains(word)) || key == "SSH_AUTH_SOCK"
 }
 
 /// The canonical form of an extra boundary path, which must exist.
@@ -274,16 +386,6 @@ fn unenforceable(missing: &str) -> SandboxError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secret_looking_variables_are_recognised() {
-        for key in ["OPENAI_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK"] {
-            assert!(is_secret_name(OsStr::new(key)), "{key}");
-        }
-        for key in ["PATH", "HOME", "CARGO_HOME", "KEYBOARD"] {
-            assert!(!is_secret_name(OsStr::new(key)), "{key}");
-        }
-    }
 
     #[test]
     fn an_abi_ceiling_below_the_minimum_refuses() {

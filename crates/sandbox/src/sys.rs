@@ -100,6 +100,38 @@ pub(crate) fn locked_mount_flags(path: &CStr) -> io::Result<libc::c_ulong> {
     Ok(stat.f_flag & keep)
 }
 
+/// Waits (at most `timeout`) until the init whose pid the shim reported on `init_report`
+/// has exited: then no process of its namespace is left. Returns at once when no pid was
+/// reported (the command never started) or the init is already gone.
+pub(crate) fn wait_for_namespace(init_report: &OwnedFd, timeout: std::time::Duration) {
+    let mut bytes = [0_u8; 4];
+    // SAFETY: `bytes` is valid for 4 bytes; the descriptor is an open, non-blocking pipe.
+    let n = unsafe { libc::read(init_report.as_raw_fd(), bytes.as_mut_ptr().cast(), bytes.len()) };
+    if n != 4 {
+        return;
+    }
+    let init = libc::pid_t::from_le_bytes(bytes);
+    if init <= 1 {
+        return;
+    }
+    // SAFETY: pidfd_open takes integers only.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, init, 0) };
+    let Ok(pidfd) = libc::c_int::try_from(pidfd) else { return };
+    if pidfd < 0 {
+        return;
+    }
+    // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let timeout_ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    let mut poll = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: `poll` is a valid pollfd for the duration of the call. A pidfd becomes
+    // readable when the process exits, which for a namespace's init happens only after
+    // every other process of the namespace is gone.
+    unsafe {
+        libc::poll(&raw mut poll, 1, timeout_ms);
+    }
+}
+
 /// A pipe whose ends close on exec; the read end does not block.
 pub(crate) fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
@@ -139,6 +171,11 @@ pub(crate) enum ChildStep {
     NoNewPrivs = 8,
     Landlock = 9,
     Seccomp = 10,
+    WritableRemount = 11,
+    Chdir = 12,
+    Fork = 13,
+    DeathSignal = 14,
+    AliasMount = 15,
 }
 
 impl ChildStep {
@@ -154,6 +191,11 @@ impl ChildStep {
             8 => "setting no_new_privs",
             9 => "landlock_restrict_self",
             10 => "installing the seccomp filter",
+            11 => "remounting a writable root nosuid",
+            12 => "entering the working directory again",
+            13 => "forking into the process namespace",
+            14 => "setting the parent-death signal",
+            15 => "covering another mount of the workspace",
             _ => "an unknown step",
         }
     }
@@ -170,13 +212,47 @@ pub(crate) struct BindMount {
     pub(crate) read_only_flags: Option<libc::c_ulong>,
 }
 
+/// A writable root (workspace, temporary directory, extra writable path) the child
+/// bind-mounts onto itself, recursively, and remounts `nosuid,nodev` keeping these locked
+/// flags: set-id bits and device files mean nothing there.
+#[derive(Debug)]
+pub(crate) struct WritableRoot {
+    pub(crate) path: CString,
+    pub(crate) locked_flags: libc::c_ulong,
+}
+
+/// A bind mount of `source` over another path, made after the protected paths:
+/// - another mount point that shows (part of) the workspace gets the workspace's own view
+///   (recursively, with its read-only protected paths);
+/// - a credential store gets an empty placeholder (read-only), so it reads as empty.
+#[derive(Debug)]
+pub(crate) struct AliasMount {
+    pub(crate) source: CString,
+    pub(crate) target: CString,
+    /// Remount read-only with these locked flags kept; `None` keeps the source's flags.
+    pub(crate) read_only_flags: Option<libc::c_ulong>,
+}
+
 /// Everything the child needs to contain itself, prepared by the parent.
 #[derive(Debug)]
 pub(crate) struct ChildContainment {
     /// `Some((uid_map, gid_map))`: also create a user namespace (unprivileged callers) with
     /// these map lines, so the mount namespace can be set up.
     pub(crate) id_maps: Option<(Vec<u8>, Vec<u8>)>,
+    /// Mounted first, before the protected paths under them.
+    pub(crate) writable_roots: Vec<WritableRoot>,
     pub(crate) mounts: Vec<BindMount>,
+    /// Mounted last, once the protected paths are in place.
+    pub(crate) aliases: Vec<AliasMount>,
+    /// The working directory, entered again after the mounts so that it is looked up
+    /// through them (a directory entered before would still show the unprotected tree).
+    pub(crate) cwd: CString,
+    /// Read end of the pipe whose only write end keel holds for the run: when it reports
+    /// end-of-file, keel is gone (even after `kill -9`) and the command's process namespace
+    /// is killed.
+    pub(crate) keel_alive: OwnedFd,
+    /// Write end of the pipe the shim reports the init's pid on (4 bytes, little endian).
+    pub(crate) init_report: OwnedFd,
     pub(crate) landlock_ruleset: OwnedFd,
     pub(crate) seccomp_filters: Vec<Vec<seccompiler::sock_filter>>,
     /// Write end of the status pipe: the child writes `[step, errno (4 bytes LE)]` there
@@ -185,16 +261,32 @@ pub(crate) struct ChildContainment {
 }
 
 /// Makes the child start a new session and then contain itself: private mount (and, when
-/// unprivileged, user) namespace with the protected bind mounts, no capabilities,
-/// `no_new_privs`, the Landlock ruleset and the seccomp filters, in that order.
+/// unprivileged, user) namespace with the writable roots remounted `nosuid,nodev`, the
+/// protected bind mounts and the aliases of the workspace covered; then a new PID
+/// namespace, no capabilities, `no_new_privs`, the Landlock ruleset and the seccomp
+/// filters, in that order.
+///
+/// Three processes result, and the spawned pid keel sees is the first:
+/// - the *shim* (the spawned process, outside the new PID namespace) waits for the
+///   namespace's init and exits with the command's own status; when keel's end of
+///   [`ChildContainment::keel_alive`] closes (keel exited or was killed with `SIGKILL`) it
+///   kills the init;
+/// - the *init* (pid 1 of the namespace, parent-death signal `SIGKILL` from the shim) reaps
+///   every process of the namespace and reports the command's wait status to the shim;
+/// - the *command* (pid 2) is contained and executed.
+///
+/// When the init dies the kernel kills every process of the namespace, so nothing the
+/// command started (double forks and new sessions included) outlives the shim, and the
+/// shim does not outlive keel.
 pub(crate) fn start_contained_session(
     command: &mut tokio::process::Command,
     plan: Arc<ChildContainment>,
 ) {
     // SAFETY: the hook runs in the forked child before exec. It only reads `plan`, which
     // the parent built before the fork and does not change, and makes async-signal-safe
-    // system calls (setsid, unshare, open, write, close, mount, prctl, capset, syscall)
-    // with pointers into that memory or the stack. It does not allocate.
+    // system calls (setsid, unshare, open, write, close, mount, chdir, pipe2, clone without
+    // atfork handlers, poll, waitpid, kill, prctl, capset, syscall, _exit) with pointers
+    // into that memory or the stack. It does not allocate.
     unsafe {
         command.pre_exec(move || contain_child(&plan));
     }
@@ -220,7 +312,7 @@ fn contain_child(plan: &ChildContainment) -> io::Result<()> {
         if libc::setsid() == -1 {
             return Err(fail(ChildStep::Setsid));
         }
-        let mut flags = libc::CLONE_NEWNS;
+        let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
         if plan.id_maps.is_some() {
             flags |= libc::CLONE_NEWUSER;
         }
@@ -240,6 +332,20 @@ fn contain_child(plan: &ChildContainment) -> io::Result<()> {
         {
             return Err(fail(ChildStep::PrivateMounts));
         }
+        for root in &plan.writable_roots {
+            let path = root.path.as_ptr();
+            if libc::mount(path, path, null, libc::MS_BIND | libc::MS_REC, std::ptr::null()) == -1 {
+                return Err(fail(ChildStep::WritableRemount));
+            }
+            let flags = libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | root.locked_flags;
+            if libc::mount(null, path, null, flags, std::ptr::null()) == -1 {
+                return Err(fail(ChildStep::WritableRemount));
+            }
+        }
         for mount in &plan.mounts {
             let path = mount.path.as_ptr();
             let source = mount.source.as_ref().map_or(path, |source| source.as_ptr());
@@ -247,12 +353,48 @@ fn contain_child(plan: &ChildContainment) -> io::Result<()> {
                 return Err(fail(ChildStep::BindMount));
             }
             if let Some(locked) = mount.read_only_flags {
-                let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | locked;
+                let flags = libc::MS_REMOUNT
+                    | libc::MS_BIND
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV
+                    | locked;
                 if libc::mount(null, path, null, flags, std::ptr::null()) == -1 {
                     return Err(fail(ChildStep::ReadOnlyRemount));
                 }
             }
         }
+        for alias in &plan.aliases {
+            if libc::mount(
+                alias.source.as_ptr(),
+                alias.target.as_ptr(),
+                null,
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ) == -1
+            {
+                return Err(fail(ChildStep::AliasMount));
+            }
+            if let Some(locked) = alias.read_only_flags {
+                let flags = libc::MS_REMOUNT
+                    | libc::MS_BIND
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV
+                    | locked;
+                if libc::mount(null, alias.target.as_ptr(), null, flags, std::ptr::null()) == -1 {
+                    return Err(fail(ChildStep::AliasMount));
+                }
+            }
+        }
+        if libc::chdir(plan.cwd.as_ptr()) == -1 {
+            return Err(fail(ChildStep::Chdir));
+        }
+    }
+    enter_pid_namespace(plan.keel_alive.as_raw_fd(), plan.init_report.as_raw_fd()).map_err(fail)?;
+
+    // SAFETY: as above; this runs in the command process (pid 2 of the namespace).
+    unsafe {
         if !drop_capabilities() {
             return Err(fail(ChildStep::DropCapabilities));
         }
@@ -281,6 +423,218 @@ fn contain_child(plan: &ChildContainment) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// After `unshare(CLONE_NEWPID)`: forks the namespace's init and, from it, the command.
+/// Returns (`Ok`) only in the command process; the shim and the init never return (they
+/// `_exit`). Async-signal-safe.
+fn enter_pid_namespace(keel_alive: libc::c_int, init_report: libc::c_int) -> Result<(), ChildStep> {
+    let mut shim_alive = [0 as libc::c_int; 2];
+    let mut report = [0 as libc::c_int; 2];
+    // SAFETY: plain system calls on stack arrays of two ints.
+    unsafe {
+        if libc::pipe2(shim_alive.as_mut_ptr(), libc::O_CLOEXEC) == -1 {
+            return Err(ChildStep::Fork);
+        }
+        if libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC) == -1 {
+            return Err(ChildStep::Fork);
+        }
+    }
+    let [shim_alive_read, shim_alive_write] = shim_alive;
+    let [report_read, report_write] = report;
+    // The shim and the init never exec, so keel's signal handlers (tokio's SIGCHLD
+    // handler among them) would otherwise run in them.
+    reset_signal_handlers();
+    let init = raw_fork().ok_or(ChildStep::Fork)?;
+    if init > 0 {
+        // SAFETY: closing descriptors this process owns; `bytes` is a valid 4-byte buffer.
+        unsafe {
+            libc::close(shim_alive_read);
+            libc::close(report_write);
+            let bytes = init.to_le_bytes();
+            libc::write(init_report, bytes.as_ptr().cast(), bytes.len());
+        }
+        run_shim(init, keel_alive, report_read, shim_alive_write);
+    }
+    // The init: pid 1 of the new namespace.
+    // SAFETY: integer arguments and descriptors this process owns.
+    unsafe {
+        libc::close(shim_alive_write);
+        libc::close(report_read);
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == -1 {
+            return Err(ChildStep::DeathSignal);
+        }
+        // The shim may have died before the death signal was set: then nothing would kill
+        // this namespace, so stop here.
+        let mut poll = libc::pollfd { fd: shim_alive_read, events: libc::POLLIN, revents: 0 };
+        if libc::poll(&raw mut poll, 1, 0) != 0 {
+            libc::_exit(1);
+        }
+        libc::close(shim_alive_read);
+    }
+    let command = raw_fork().ok_or(ChildStep::Fork)?;
+    if command > 0 {
+        run_init(command, report_write);
+    }
+    // SAFETY: closing a descriptor this process owns.
+    unsafe {
+        libc::close(report_write);
+    }
+    Ok(())
+}
+
+/// Resets every signal's disposition to the default. Async-signal-safe.
+fn reset_signal_handlers() {
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: signal(2) with SIG_DFL installs no handler; an invalid number fails
+        // harmlessly with EINVAL.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+}
+
+/// `fork` as a raw `clone(SIGCHLD)`: no atfork handlers run, so no lock inherited from the
+/// multi-threaded parent is taken. `Some(0)` in the child, `Some(pid)` in the parent.
+fn raw_fork() -> Option<libc::pid_t> {
+    // SAFETY: clone with SIGCHLD only and no new stack behaves as fork: the child continues
+    // on a copy of this stack. No pointer arguments are passed.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::c_ulong::from(libc::SIGCHLD.unsigned_abs()),
+            0,
+            0,
+            0,
+            0,
+        )
+    };
+    if pid < 0 { None } else { libc::pid_t::try_from(pid).ok() }
+}
+
+/// The shim: waits for the namespace's init and exits like the command did; kills the init
+/// when keel is gone. Never returns.
+fn run_shim(
+    init: libc::pid_t,
+    keel_alive: libc::c_int,
+    report_read: libc::c_int,
+    shim_alive_write: libc::c_int,
+) -> ! {
+    // SAFETY: system calls on integers and stack buffers; `_exit` ends the process without
+    // running any handler of the parent.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, init, 0);
+        let pidfd = libc::c_int::try_from(pidfd).unwrap_or(-1);
+        // Drop every other descriptor: the output pipes (so end-of-file comes from the
+        // command alone), the standard library's exec-status pipe (so the spawn in keel
+        // completes when the command executes), and whatever keel had open at the fork.
+        close_all_except(&[keel_alive, report_read, shim_alive_write, pidfd]);
+        loop {
+            let mut fds = [
+                libc::pollfd { fd: keel_alive, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 },
+            ];
+            // Without a pidfd (not expected on a kernel with Landlock ABI 3) poll keel's
+            // pipe with a timeout and check the init in between.
+            let (n_fds, timeout) = if pidfd >= 0 { (2, -1) } else { (1, 50) };
+            let ready = libc::poll(fds.as_mut_ptr(), n_fds, timeout);
+            if ready == -1 {
+                continue;
+            }
+            if fds[0].revents != 0 {
+                libc::kill(init, libc::SIGKILL);
+                let mut ignored = 0;
+                libc::waitpid(init, &raw mut ignored, 0);
+                libc::_exit(137);
+            }
+            let mut init_status = 0;
+            let waited = libc::waitpid(init, &raw mut init_status, libc::WNOHANG);
+            if waited == init {
+                let mut reported = [0_u8; 4];
+                let n = libc::read(report_read, reported.as_mut_ptr().cast(), reported.len());
+                let command_status =
+                    if n == 4 { libc::c_int::from_le_bytes(reported) } else { init_status };
+                exit_like(command_status);
+            }
+            if waited == -1 {
+                libc::_exit(1);
+            }
+        }
+    }
+}
+
+/// The namespace's init: reaps every process until the command exits, reports its wait
+/// status to the shim and exits, which kills what is left in the namespace. Never returns.
+fn run_init(command: libc::pid_t, report_write: libc::c_int) -> ! {
+    // SAFETY: system calls on integers and stack buffers.
+    unsafe {
+        close_all_except(&[report_write]);
+        loop {
+            let mut status = 0;
+            let reaped = libc::waitpid(-1, &raw mut status, 0);
+            if reaped == command {
+                let bytes = status.to_le_bytes();
+                libc::write(report_write, bytes.as_ptr().cast(), bytes.len());
+                libc::_exit(0);
+            }
+            if reaped == -1 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                libc::_exit(1);
+            }
+        }
+    }
+}
+
+/// Exits with the same status as a process that ended with wait status `status`: its exit
+/// code, or death by the same signal (without a core dump). Never returns.
+fn exit_like(status: libc::c_int) -> ! {
+    // SAFETY: integer system calls; `_exit` runs no handler.
+    unsafe {
+        if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            libc::setrlimit(libc::RLIMIT_CORE, &raw const no_core);
+            libc::signal(signal, libc::SIG_DFL);
+            libc::kill(libc::getpid(), signal);
+            libc::_exit(128 + signal);
+        }
+        libc::_exit(libc::WEXITSTATUS(status));
+    }
+}
+
+/// Closes every descriptor except those in `keep` (negative entries ignored).
+/// Async-signal-safe.
+fn close_all_except(keep: &[libc::c_int]) {
+    let mut sorted = [-1 as libc::c_int; 8];
+    let mut n_kept = 0;
+    for fd in keep.iter().copied().filter(|fd| *fd >= 0).take(sorted.len()) {
+        sorted[n_kept] = fd;
+        n_kept += 1;
+    }
+    sorted[..n_kept].sort_unstable();
+    let mut next: libc::c_uint = 0;
+    for fd in &sorted[..n_kept] {
+        let fd = fd.unsigned_abs();
+        if fd > next {
+            close_range(next, fd - 1);
+        }
+        next = fd + 1;
+    }
+    close_range(next, libc::c_uint::MAX);
+}
+
+fn close_range(first: libc::c_uint, last: libc::c_uint) {
+    // SAFETY: close_range takes integers only.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) };
+    if rc == -1 {
+        // A kernel without close_range: close one by one up to a generous bound.
+        for fd in first..=last.min(4096) {
+            // SAFETY: closing a descriptor number; a closed one fails harmlessly.
+            unsafe { libc::close(fd.cast_signed()) };
+        }
+    }
 }
 
 /// Writes `content` to a /proc file in one `write`. Async-signal-safe.

@@ -5,5 +5,6 @@
 mod suite {
     mod boundary;
     mod managed;
+    mod redteam;
     mod run;
 }

@@ -35,6 +35,9 @@ const OUTPUT_CAP_BYTES: usize = 8 * 1024 * 1024;
 #[derive(Debug)]
 pub struct Bash {
     spec: ToolSpec,
+    /// Names of keel's environment variables a managed command inherits beyond the
+    /// sandbox's allow-list (the user's `[shell] env`).
+    inherit_env: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -73,7 +76,15 @@ impl Bash {
                     "additionalProperties": false
                 }),
             ),
+            inherit_env: Vec::new(),
         }
+    }
+
+    /// The tool, letting managed commands inherit the variables `names` (exact names, e.g.
+    /// from the user's `[shell] env`) besides the sandbox's allow-list
+    /// ([`keel_sandbox::INHERITED_ENV`], `LC_*`).
+    pub fn with_inherited_env(names: Vec<String>) -> Bash {
+        Bash { inherit_env: names, ..Bash::new() }
     }
 }
 
@@ -139,7 +150,11 @@ impl Tool for Bash {
         }
         let read_only = masks.pop().unwrap_or_default();
         let hidden = masks.pop().unwrap_or_default();
-        let spec = CommandSpec::new("bash", workspace.root(), timeout)
+        let mut spec = CommandSpec::new("bash", workspace.root(), timeout);
+        for name in &self.inherit_env {
+            spec = spec.inherit_env(name);
+        }
+        let spec = spec
             .workspace(workspace.root())
             .boundary(&boundary)
             .deny_paths(hidden)

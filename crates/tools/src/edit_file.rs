@@ -95,7 +95,7 @@ impl Tool for EditFile {
         let denied = Denied::new(workspace.root(), context);
         blocking(move || {
             let shown = &arguments.path;
-            let path = match workspace.resolve(shown) {
+            let path = match workspace.resolve_writable(shown) {
                 Ok(path) => path,
                 Err(error) => return ToolOutput::error(error.to_string()),
             };

@@ -6,16 +6,20 @@
 //! yields entries sorted by file name so results are stable. Paths the session's deny rules
 //! deny for reading are skipped (with everything under them).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::{Walk, WalkBuilder};
 
 use crate::deny::Denied;
 
-/// A sorted, link-safe walk of `root` and everything below it.
+/// A sorted, link-safe walk of `root` and everything below it, without the home folder's
+/// credential stores and the paths the deny rules hide.
 pub(crate) fn walk(root: &Path, denied: &Denied) -> Walk {
     let denied = denied.clone();
+    let home = std::env::var_os("HOME").filter(|home| !home.is_empty()).map(PathBuf::from);
+    let xdg_config =
+        std::env::var_os("XDG_CONFIG_HOME").filter(|config| !config.is_empty()).map(PathBuf::from);
     let mut builder = WalkBuilder::new(root);
     builder
         .follow_links(false)
@@ -23,7 +27,15 @@ pub(crate) fn walk(root: &Path, denied: &Denied) -> Walk {
         .git_global(false)
         .require_git(false)
         .sort_by_file_name(|a, b| a.cmp(b))
-        .filter_entry(move |entry| entry.file_name() != ".git" && !denied.covers(entry.path()));
+        .filter_entry(move |entry| {
+            entry.file_name() != ".git"
+                && !denied.covers(entry.path())
+                && !keel_sandbox::is_credential_store(
+                    entry.path(),
+                    home.as_deref(),
+                    xdg_config.as_deref(),
+                )
+        });
     builder.build()
 }
 

@@ -18,10 +18,17 @@ use std::path::{Component, Path, PathBuf};
 /// Text every refusal for a path outside the workspace contains.
 pub const OUTSIDE_WORKSPACE: &str = "outside the workspace";
 
-/// The session's workspace root, canonicalized.
+/// Text every refusal to write a protected path contains (git hooks and config, `.keel/`,
+/// ...; the list is keel-sandbox's [`keel_sandbox::protected_path`], shared with commands).
+pub const PROTECTED_PATH: &str = "protected";
+
+/// The session's workspace root, canonicalized, and the home folder (for `~` in git
+/// config values and the credential stores).
 #[derive(Debug, Clone)]
 pub(crate) struct Workspace {
     root: PathBuf,
+    home: Option<PathBuf>,
+    xdg_config: Option<PathBuf>,
 }
 
 /// Why a path argument cannot be used.
@@ -32,6 +39,8 @@ pub(crate) enum PathError {
     DanglingLink { raw: String, link: PathBuf },
     Unresolvable { raw: String, source: io::Error },
     BadRoot { root: PathBuf, source: io::Error },
+    Protected { raw: String, reason: String },
+    Credentials { raw: String, resolved: PathBuf },
 }
 
 impl fmt::Display for PathError {
@@ -55,6 +64,15 @@ impl fmt::Display for PathError {
             PathError::BadRoot { root, source } => {
                 write!(f, "workspace root {} is unusable: {source}", root.display())
             }
+            PathError::Protected { raw, reason } => {
+                write!(f, "path `{raw}` is {PROTECTED_PATH}: {reason}")
+            }
+            PathError::Credentials { raw, resolved } => write!(
+                f,
+                "path `{raw}` is a credential store of the home folder ({}); the agent cannot \
+                 read or change it",
+                resolved.display()
+            ),
         }
     }
 }
@@ -64,7 +82,30 @@ impl Workspace {
         let root = root
             .canonicalize()
             .map_err(|source| PathError::BadRoot { root: root.to_owned(), source })?;
-        Ok(Workspace { root })
+        let home = std::env::var_os("HOME").filter(|home| !home.is_empty()).map(PathBuf::from);
+        let xdg_config = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|config| !config.is_empty())
+            .map(PathBuf::from);
+        Ok(Workspace { root, home, xdg_config })
+    }
+
+    /// Whether `path` is (inside) a credential store of the home folder.
+    pub(crate) fn is_credential_store(&self, path: &Path) -> bool {
+        keel_sandbox::is_credential_store(path, self.home.as_deref(), self.xdg_config.as_deref())
+    }
+
+    /// The canonical path `raw` names, if it is inside the workspace and may be written:
+    /// neither it as given nor what it resolves to is protected (the list commands get
+    /// read-only in managed mode, [`keel_sandbox::protected_path`]).
+    pub(crate) fn resolve_writable(&self, raw: &str) -> Result<PathBuf, PathError> {
+        let resolved = self.resolve(raw)?;
+        // Checked as given (lexically) and as resolved in one scan.
+        if let Some(reason) =
+            keel_sandbox::protected_path(&self.root, &self.root.join(raw), self.home.as_deref())
+        {
+            return Err(PathError::Protected { raw: raw.to_owned(), reason });
+        }
+        Ok(resolved)
     }
 
     pub(crate) fn root(&self) -> &Path {
@@ -107,6 +148,9 @@ impl Workspace {
         }
         if !resolved.starts_with(&self.root) {
             return Err(PathError::Outside { raw: raw.to_owned(), resolved });
+        }
+        if self.is_credential_store(&resolved) {
+            return Err(PathError::Credentials { raw: raw.to_owned(), resolved });
         }
         Ok(resolved)
     }
@@ -203,6 +247,23 @@ mod tests {
         symlink("loop-b", workspace.root().join("loop-a")).unwrap();
         symlink("loop-a", workspace.root().join("loop-b")).unwrap();
         assert!(matches!(workspace.resolve("loop-a/x"), Err(PathError::Unresolvable { .. })));
+    }
+
+    #[test]
+    fn redteam_tool_credential_stores_when_the_workspace_is_home() {
+        let (_dir, workspace) = setup();
+        let workspace = Workspace { home: Some(workspace.root.clone()), ..workspace };
+        std::fs::create_dir_all(workspace.root().join(".ssh")).unwrap();
+        std::fs::write(workspace.root().join(".ssh/id_ed25519"), "key").unwrap();
+        std::fs::write(workspace.root().join(".netrc"), "machine x password y").unwrap();
+        for raw in [".ssh/id_ed25519", ".ssh", ".netrc", ".aws/credentials"] {
+            assert!(matches!(workspace.resolve(raw), Err(PathError::Credentials { .. })), "{raw}");
+        }
+        assert_eq!(
+            workspace.resolve("src/main.rs").unwrap(),
+            workspace.root().join("src/main.rs"),
+            "an ordinary file in the home folder stays reachable"
+        );
     }
 
     #[test]

@@ -79,7 +79,7 @@ impl Tool for WriteFile {
         let denied = Denied::new(workspace.root(), context);
         blocking(move || {
             let shown = &arguments.path;
-            let path = match workspace.resolve(shown) {
+            let path = match workspace.resolve_writable(shown) {
                 Ok(path) => path,
                 Err(error) => return ToolOutput::error(error.to_string()),
             };
@@ -98,7 +98,7 @@ impl Tool for WriteFile {
                 ));
             }
             // Creating the folders may have raced with a link swap; check again.
-            if let Err(error) = workspace.resolve(shown) {
+            if let Err(error) = workspace.resolve_writable(shown) {
                 return ToolOutput::error(error.to_string());
             }
             match write_atomically(&path, arguments.content.as_bytes()) {

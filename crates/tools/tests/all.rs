@@ -15,6 +15,7 @@ mod suite {
     mod managed_escape;
     mod managed_work;
     mod read_file;
+    mod redteam_protected;
     mod specs;
     mod support;
     mod write_file;

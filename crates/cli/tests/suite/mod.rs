@@ -8,6 +8,7 @@ mod openai_e2e;
 mod outbox_e2e;
 mod postgres_e2e;
 mod providers_e2e;
+mod redteam_orphans;
 mod redteam_rules;
 mod redteam_trust;
 mod seal;

@@ -983,3 +983,52 @@ fn redteam_trust_hostile_names_cannot_drive_the_terminal() {
     // The neighbour: the answer itself is printed as it is.
     assert_eq!(stdout(&output).trim(), "done");
 }
+
+/// `[shell] env` names what commands inherit beyond the allow-list: from a workspace file
+/// (trusted or not) it is ignored, so a repository cannot hand a secret of the user's
+/// environment to every command; from the user's file it works.
+#[test]
+fn redteam_trust_workspace_shell_env_cannot_hand_a_secret_to_commands() {
+    let env = Env::new();
+    let ws = env.workspace();
+    write_workspace_config(&ws, "[shell]\nenv = [\"KEEL_RT_DEPLOY_SECRET\"]\n");
+    let model = scripted(
+        &env,
+        r#"{"steps":[
+            {"tool_calls":[{"name":"bash","arguments":{"command":"echo \"secret=[$KEEL_RT_DEPLOY_SECRET] plain=[$KEEL_RT_PLAIN]\""}}]},
+            {"text":"done","expect":{"last_outcomes":["ok"]}}
+        ]}"#,
+    );
+    let run = |trusted: bool| {
+        let mut args =
+            vec!["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto", "--json"];
+        args.push("print the variables");
+        let output = env
+            .keel()
+            .env("KEEL_RT_DEPLOY_SECRET", "s3cr3t-deploy-value")
+            .env("KEEL_RT_PLAIN", "plain-value")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "trusted={trusted}: {}", stderr(&output));
+        let result = json_lines(&output)
+            .into_iter()
+            .find(|event| event["kind"] == "tool_result")
+            .map(|event| event["content"].as_str().unwrap_or_default().to_owned())
+            .unwrap();
+        (result, stderr(&output))
+    };
+    let (result, message) = run(false);
+    assert!(result.contains("secret=[]"), "{result}");
+    assert!(message.contains("ignored `shell.env`"), "{message}");
+    assert_eq!(trust(&env, &ws).status.code(), Some(0));
+    let (result, _) = run(true);
+    assert!(result.contains("secret=[]"), "trusted is still not the user's: {result}");
+    assert!(!result.contains("s3cr3t"), "{result}");
+
+    // The neighbour: the user's own config passes a name through.
+    write_user_config(&env, "[shell]\nenv = [\"KEEL_RT_PLAIN\"]\n");
+    let (result, _) = run(true);
+    assert!(result.contains("plain=[plain-value]"), "{result}");
+    assert!(result.contains("secret=[]"), "{result}");
+}

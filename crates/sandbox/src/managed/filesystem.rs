@@ -223,3 +223,122 @@ pub(crate) fn ruleset(
     Option::<OwnedFd>::from(created)
         .ok_or_else(|| "landlock: the ruleset was not created by the kernel".to_owned())
 }
+
+/// Credential stores of the home folder, relative to `$HOME` (directories with everything
+/// under them, or files). They are never readable by a command, even when a grant covers
+/// them (the workspace is the home folder, a toolchain lives next to them).
+const HOME_CREDENTIAL_STORES: &[&str] = &[
+    ".git-credentials",
+    ".config/git/credentials",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    ".config/pip",
+    ".pip",
+    ".aws",
+    ".config/gcloud",
+    ".azure",
+    ".kube",
+    ".docker/config.json",
+    ".ssh",
+    ".netrc",
+    ".gnupg",
+    ".config/gh",
+    ".config/hub",
+    ".config/glab-cli",
+    ".terraform.d/credentials.tfrc.json",
+    ".config/containers/auth.json",
+    ".local/share/keyrings",
+    ".password-store",
+    ".gem/credentials",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+];
+
+/// Every credential store for this home folder (and `$XDG_CONFIG_HOME/git/credentials`
+/// when that is set), whether it exists or not.
+pub(crate) fn credential_stores(home: Option<&Path>, xdg_config: Option<&Path>) -> Vec<PathBuf> {
+    let mut stores: Vec<PathBuf> = home
+        .into_iter()
+        .flat_map(|home| HOME_CREDENTIAL_STORES.iter().map(move |store| home.join(store)))
+        .collect();
+    if let Some(config) = xdg_config.filter(|path| path.is_absolute()) {
+        stores.push(config.join("git/credentials"));
+        stores.push(config.join("gh"));
+        stores.push(config.join("gcloud"));
+        stores.push(config.join("pip"));
+    }
+    stores
+}
+
+/// The existing credential stores a grant of `policy` would make reachable, to be masked
+/// with an empty placeholder in the child (`true` for a directory). A store the user named
+/// in the widened boundary (`named`: the store itself or a path inside it) is left alone.
+pub(crate) fn credential_stores_to_mask(
+    policy: &FsPolicy,
+    home: Option<&Path>,
+    xdg_config: Option<&Path>,
+    named: &[PathBuf],
+) -> Vec<(PathBuf, bool)> {
+    let grants: Vec<&PathBuf> = policy
+        .read_only
+        .iter()
+        .chain(&policy.read_write)
+        .chain(&policy.extra_read)
+        .chain(&policy.extra_write)
+        .collect();
+    let mut masked = Vec::new();
+    for store in credential_stores(home, xdg_config) {
+        // Resolved, so that a store that is a link is masked where it points.
+        let Ok(resolved) = store.canonicalize() else { continue };
+        let Ok(meta) = resolved.metadata() else { continue };
+        let reachable =
+            grants.iter().any(|grant| resolved.starts_with(grant) || store.starts_with(grant));
+        let named_by_user =
+            named.iter().any(|path| path.starts_with(&store) || path.starts_with(&resolved));
+        if reachable && !named_by_user && !masked.iter().any(|(path, _)| resolved.starts_with(path))
+        {
+            masked.push((resolved, meta.is_dir()));
+        }
+    }
+    masked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_stores_under_a_grant_are_masked_unless_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        for store in [".ssh", ".aws", ".config/git"] {
+            std::fs::create_dir_all(home.join(store)).unwrap();
+        }
+        std::fs::write(home.join(".config/git/credentials"), "x").unwrap();
+        std::fs::write(home.join(".netrc"), "x").unwrap();
+        let policy = FsPolicy {
+            read_only: vec![home.join(".config/git")],
+            read_write: vec![home.clone()],
+            ..FsPolicy::default()
+        };
+        let mut masked =
+            credential_stores_to_mask(&policy, Some(&home), None, &[home.join(".aws")]);
+        masked.sort();
+        let expected = vec![
+            (home.join(".config/git/credentials"), false),
+            (home.join(".netrc"), false),
+            (home.join(".ssh"), true),
+        ];
+        assert_eq!(masked, expected, "the named ~/.aws is left alone");
+        assert!(
+            !credential_stores_to_mask(&FsPolicy::default(), Some(&home), None, &[])
+                .iter()
+                .any(|_| true),
+            "nothing granted, nothing to mask"
+        );
+    }
+}

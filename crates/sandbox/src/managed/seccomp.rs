@@ -8,7 +8,9 @@
 //! namespaces, the kernel keyring, BPF, perf, kernel modules and kexec, io_uring (it can
 //! bypass these syscall checks), opening files by handle (bypasses path checks),
 //! leaving the process group (`setsid`, `setpgid`: the group is how keel cleans up),
-//! terminal injection ioctls, and raw I/O ports. Refusals return `EPERM`; `clone3` returns
+//! terminal injection ioctls, and raw I/O ports. A mode with a set-uid or set-gid bit is
+//! refused for `chmod`, `fchmod`, `fchmodat`, `fchmodat2`, `mknod`, `mknodat`, `creat`,
+//! and `open`/`openat` when they create; `openat2` returns `ENOSYS`. Refusals return `EPERM`; `clone3` returns
 //! `ENOSYS` so C libraries fall back to `clone`, whose namespace flags can be inspected.
 
 use std::collections::BTreeMap;
@@ -80,6 +82,35 @@ const NAMESPACE_FLAGS: &[libc::c_int] = &[
     libc::CLONE_NEWCGROUP,
 ];
 
+/// `fchmodat2(2)` (Linux 6.6), not yet named by every libc.
+const SYS_FCHMODAT2: libc::c_long = 452;
+
+/// The set-id mode bits a command may not set on a file.
+const SET_ID_BITS: [u64; 2] = [libc::S_ISUID as u64, libc::S_ISGID as u64];
+
+/// Calls that set a file mode, with the index of their mode argument and, for calls that
+/// take a mode only when creating, the index of their flags argument.
+#[cfg(target_arch = "x86_64")]
+const MODE_CALLS: &[(libc::c_long, u8, Option<u8>)] = &[
+    (libc::SYS_chmod, 1, None),
+    (libc::SYS_fchmod, 1, None),
+    (libc::SYS_fchmodat, 2, None),
+    (SYS_FCHMODAT2, 2, None),
+    (libc::SYS_creat, 1, None),
+    (libc::SYS_mknod, 1, None),
+    (libc::SYS_mknodat, 2, None),
+    (libc::SYS_open, 2, Some(1)),
+    (libc::SYS_openat, 3, Some(2)),
+];
+#[cfg(not(target_arch = "x86_64"))]
+const MODE_CALLS: &[(libc::c_long, u8, Option<u8>)] = &[
+    (libc::SYS_fchmod, 1, None),
+    (libc::SYS_fchmodat, 2, None),
+    (SYS_FCHMODAT2, 2, None),
+    (libc::SYS_mknodat, 2, None),
+    (libc::SYS_openat, 3, Some(2)),
+];
+
 /// Terminal ioctls that inject input into, or control, another program's terminal.
 const DENIED_IOCTLS: &[libc::c_ulong] = &[libc::TIOCSTI, libc::TIOCLINUX];
 
@@ -89,8 +120,10 @@ const DENIED_IOCTLS: &[libc::c_ulong] = &[libc::TIOCSTI, libc::TIOCLINUX];
 pub(crate) fn filters(network: bool) -> Result<Vec<BpfProgram>, String> {
     let arch = target_arch()?;
     let deny = deny_filter(arch, network).map_err(|error| format!("seccomp filter: {error}"))?;
+    // `openat2` takes its mode in a struct the filter cannot read: ENOSYS makes callers
+    // fall back to `openat`, whose mode is checked.
     let clone3 = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_clone3, vec![])]),
+        BTreeMap::from([(libc::SYS_clone3, vec![]), (libc::SYS_openat2, vec![])]),
         SeccompAction::Allow,
         SeccompAction::Errno(errno(libc::ENOSYS)),
         arch,
@@ -141,6 +174,35 @@ fn deny_filter(arch: TargetArch, network: bool) -> Result<BpfProgram, seccompile
         )?])?);
     }
     rules.insert(libc::SYS_ioctl, ioctl_rules);
+    // No set-uid or set-gid bit on any file: refused when the mode argument carries one
+    // (for open and openat only when they create, O_CREAT or O_TMPFILE).
+    for (syscall, mode_arg, flags_arg) in MODE_CALLS {
+        let mut mode_rules = Vec::new();
+        for bit in SET_ID_BITS {
+            let mode = SeccompCondition::new(
+                *mode_arg,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::MaskedEq(bit),
+                bit,
+            )?;
+            match flags_arg {
+                None => mode_rules.push(SeccompRule::new(vec![mode])?),
+                Some(flags_arg) => {
+                    for create in [libc::O_CREAT, libc::O_TMPFILE & !libc::O_DIRECTORY] {
+                        let create = u64::from(create.unsigned_abs());
+                        let flags = SeccompCondition::new(
+                            *flags_arg,
+                            SeccompCmpArgLen::Dword,
+                            SeccompCmpOp::MaskedEq(create),
+                            create,
+                        )?;
+                        mode_rules.push(SeccompRule::new(vec![flags, mode.clone()])?);
+                    }
+                }
+            }
+        }
+        rules.insert(*syscall, mode_rules);
+    }
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,

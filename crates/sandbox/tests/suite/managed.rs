@@ -107,7 +107,9 @@ async fn timeout_and_cleanup_work_when_contained() {
     let dirs = dirs();
     let spec = CommandSpec::new("bash", &dirs.workspace, Duration::from_millis(500))
         .arg("-c")
-        .arg("sleep 1000 & echo $! > bg.pid; echo waiting; sleep 1000");
+        // The command runs in its own PID namespace, so `$!` is a namespace pid; the host
+        // pid is what the host's /proc shows as `self`.
+        .arg("sh -c 'readlink /proc/self > bg.pid; exec sleep 1000' & echo waiting; sleep 1000");
     let out = run(&spec, SandboxMode::Managed).await.unwrap();
     assert_eq!(out.termination, Termination::TimedOut { after: Duration::from_millis(500) });
     assert_eq!(out.last_line.as_deref(), Some("waiting"));

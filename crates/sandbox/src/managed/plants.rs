@@ -1,0 +1,315 @@
+//! Plants: what a command may create or change that the read-only mounts cannot prevent
+//! (a new `commondir`, a file a config includes, a new `.git/worktrees/<name>`, a
+//! protected symbolic link replaced), removed or put back on every exit path.
+//!
+//! Before a managed command starts, [`PlantGuard::arm`] writes a durable note of what to
+//! check to `<workspace>/.keel/sandbox/` (read-only for the command, so it cannot erase the
+//! note). When the run ends (normal end, timeout, or the future dropped) the guard waits
+//! for the command's process namespace to be gone, repairs and deletes the note. After a
+//! crash of keel the note stays; [`recover`] (called before every managed command, and by
+//! the CLI at start) repairs what a note names once the keel process that wrote it is
+//! gone.
+//!
+//! Repairs never follow a symbolic link and never touch a path outside the writable roots
+//! recorded in the note.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::protected::ProtectedPaths;
+use crate::sys;
+
+/// How long the repair waits for the killed namespace's processes to be gone.
+const NAMESPACE_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Where the durable notes live, under the workspace.
+const NOTE_DIR: &str = ".keel/sandbox";
+
+/// A path or file name as raw bytes (any name survives JSON).
+type Bytes = Vec<u8>;
+
+/// The durable note: paths as raw bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Note {
+    /// The keel process that wrote the note and its start time (clock ticks since boot),
+    /// so that a live run's note is not repaired under it.
+    keel_pid: u32,
+    keel_started: u64,
+    writable: Vec<Bytes>,
+    absent: Vec<Bytes>,
+    watched: Vec<(Bytes, Option<Vec<Bytes>>)>,
+    links: Vec<(Bytes, Bytes)>,
+}
+
+/// Repairs plants when dropped (or when [`PlantGuard::finish`] is called) and deletes the
+/// durable note.
+#[derive(Debug)]
+pub(crate) struct PlantGuard {
+    note: Note,
+    note_path: Option<PathBuf>,
+    /// Read end of the pipe the shim reports the namespace init's pid on: before repairing,
+    /// the guard waits until that init (and with it every process of the command) is gone.
+    init_report: Option<OwnedFd>,
+    done: bool,
+}
+
+impl PlantGuard {
+    /// Records what to repair for a run over `writable` roots (the first is the
+    /// workspace). Returns the guard and, when no durable note could be written, a note
+    /// saying so (the repairs after the run still happen).
+    pub(crate) fn arm(
+        writable: &[PathBuf],
+        protected: &ProtectedPaths,
+    ) -> (PlantGuard, Option<String>) {
+        let bytes = |path: &Path| path.as_os_str().as_bytes().to_vec();
+        let note = Note {
+            keel_pid: std::process::id(),
+            keel_started: process_started(std::process::id()).unwrap_or(0),
+            writable: writable.iter().map(|path| bytes(path)).collect(),
+            absent: protected.absent.iter().map(|path| bytes(path)).collect(),
+            watched: protected
+                .watched
+                .iter()
+                .map(|(dir, names)| {
+                    (
+                        bytes(dir),
+                        names.as_ref().map(|names| {
+                            names.iter().map(|name| name.as_bytes().to_vec()).collect()
+                        }),
+                    )
+                })
+                .collect(),
+            links: protected
+                .links
+                .iter()
+                .map(|(link, target)| (bytes(link), bytes(target)))
+                .collect(),
+        };
+        let mut guard = PlantGuard { note, note_path: None, init_report: None, done: false };
+        let Some(workspace) = writable.first() else { return (guard, None) };
+        match write_note(workspace, &guard.note) {
+            Ok(path) => {
+                guard.note_path = Some(path);
+                (guard, None)
+            }
+            Err(error) => (
+                guard,
+                Some(format!(
+                    "keel sandbox: no durable plant note in {}: {error}; plants are still \
+                     removed when this run ends",
+                    workspace.join(NOTE_DIR).display()
+                )),
+            ),
+        }
+    }
+
+    /// Makes the repair wait for the command's process namespace to be gone first.
+    pub(crate) fn wait_for_namespace(&mut self, init_report: OwnedFd) {
+        self.init_report = Some(init_report);
+    }
+
+    /// Repairs now and returns a note per repair.
+    pub(crate) fn finish(mut self) -> Vec<String> {
+        self.repair()
+    }
+
+    fn repair(&mut self) -> Vec<String> {
+        if self.done {
+            return Vec::new();
+        }
+        self.done = true;
+        if let Some(init_report) = self.init_report.take() {
+            sys::wait_for_namespace(&init_report, NAMESPACE_EXIT_WAIT);
+        }
+        let notes = repair(&self.note);
+        if let Some(path) = &self.note_path {
+            let _ = std::fs::remove_file(path);
+        }
+        notes
+    }
+}
+
+impl Drop for PlantGuard {
+    fn drop(&mut self) {
+        self.repair();
+    }
+}
+
+/// Repairs what the durable notes in `workspace` name whose keel process is gone (a crash
+/// during a managed command), then deletes them. Returns a note per repair. A note that
+/// cannot be read is left in place and reported.
+pub(crate) fn recover(workspace: &Path) -> Vec<String> {
+    let dir = workspace.join(NOTE_DIR);
+    if !dir.symlink_metadata().is_ok_and(|meta| meta.is_dir()) {
+        return Vec::new();
+    }
+    let mut notes = Vec::new();
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if !entry.file_type().is_ok_and(|file_type| file_type.is_file()) {
+            continue;
+        }
+        let note: Note = match std::fs::read(&path)
+            .map_err(|error| error.to_string())
+            .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|error| error.to_string()))
+        {
+            Ok(note) => note,
+            Err(error) => {
+                notes.push(format!(
+                    "keel sandbox: cannot read the plant note {}: {error}",
+                    path.display()
+                ));
+                continue;
+            }
+        };
+        if note.keel_pid != 0
+            && process_started(note.keel_pid).is_some_and(|started| started == note.keel_started)
+        {
+            // That keel is still running its command; its own guard repairs.
+            continue;
+        }
+        notes.extend(repair(&note));
+        let _ = std::fs::remove_file(&path);
+    }
+    notes
+}
+
+fn write_note(workspace: &Path, note: &Note) -> std::io::Result<PathBuf> {
+    let keel_dir = workspace.join(".keel");
+    if !keel_dir.symlink_metadata()?.is_dir() {
+        return Err(std::io::Error::other(".keel is not a directory"));
+    }
+    let dir = workspace.join(NOTE_DIR);
+    match dir.symlink_metadata() {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(std::io::Error::other("it is not a directory")),
+        Err(_) => std::fs::create_dir(&dir)?,
+    }
+    let json = serde_json::to_vec(note).map_err(std::io::Error::other)?;
+    let file = tempfile::Builder::new().prefix("plants-").suffix(".json").tempfile_in(&dir)?;
+    std::fs::write(file.path(), json)?;
+    let (_, path) = file.keep().map_err(|error| error.error)?;
+    Ok(path)
+}
+
+fn path_of(bytes: &[u8]) -> PathBuf {
+    PathBuf::from(OsString::from_vec(bytes.to_vec()))
+}
+
+/// Repairs one note's plants.
+fn repair(note: &Note) -> Vec<String> {
+    let writable: Vec<PathBuf> = note.writable.iter().map(|bytes| path_of(bytes)).collect();
+    let inside = |path: &Path| -> bool {
+        // The parent is resolved (it exists when something is there to remove); the last
+        // component is never followed.
+        path.parent()
+            .and_then(|parent| parent.canonicalize().ok())
+            .is_some_and(|parent| writable.iter().any(|root| parent.starts_with(root)))
+    };
+    let mut notes = Vec::new();
+    for bytes in &note.absent {
+        let path = path_of(bytes);
+        if path.symlink_metadata().is_ok() && inside(&path) {
+            let effect = if path.file_name() == Some(std::ffi::OsStr::new("commondir")) {
+                "would redirect git to another config"
+            } else {
+                "git or keel would read as configuration"
+            };
+            notes.push(format!(
+                "keel sandbox: the command created {}, which {effect}; {}",
+                path.display(),
+                outcome(remove_entry(&path))
+            ));
+        }
+    }
+    for (dir_bytes, before) in &note.watched {
+        let dir = path_of(dir_bytes);
+        let Ok(meta) = dir.symlink_metadata() else { continue };
+        if meta.file_type().is_symlink() || !inside(&dir) {
+            continue;
+        }
+        match before {
+            None => notes.push(format!(
+                "keel sandbox: the command created {}; {}",
+                dir.display(),
+                outcome(remove_entry(&dir))
+            )),
+            Some(names) => {
+                for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    let name = entry.file_name();
+                    if names.iter().any(|known| known.as_slice() == name.as_bytes()) {
+                        continue;
+                    }
+                    let path = entry.path();
+                    notes.push(format!(
+                        "keel sandbox: the command created {}; {}",
+                        path.display(),
+                        outcome(remove_entry(&path))
+                    ));
+                }
+            }
+        }
+    }
+    for (link_bytes, target_bytes) in &note.links {
+        let link = path_of(link_bytes);
+        let target = path_of(target_bytes);
+        if std::fs::read_link(&link).is_ok_and(|current| current == target) || !inside(&link) {
+            continue;
+        }
+        let restored = match link.symlink_metadata() {
+            Ok(_) => remove_entry(&link),
+            Err(_) => Ok(()),
+        }
+        .and_then(|()| std::os::unix::fs::symlink(&target, &link));
+        notes.push(format!(
+            "keel sandbox: the command changed the protected link {}; {}",
+            link.display(),
+            match restored {
+                Ok(()) => format!("put it back (-> {})", target.display()),
+                Err(error) => format!("could not put it back: {error}"),
+            }
+        ));
+    }
+    notes
+}
+
+fn outcome(result: std::io::Result<()>) -> String {
+    match result {
+        Ok(()) => "removed it".to_owned(),
+        Err(error) => format!("could not remove it: {error}"),
+    }
+}
+
+/// Removes a file, link or directory tree without following links.
+fn remove_entry(path: &Path) -> std::io::Result<()> {
+    let meta = path.symlink_metadata()?;
+    if meta.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) }
+}
+
+/// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22), `None`
+/// when it is gone.
+fn process_started(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    if matches!(state, "Z" | "X") {
+        return None;
+    }
+    // Field 3 was the state; the start time is field 22.
+    fields.nth(18)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_start_time_is_known() {
+        assert!(process_started(std::process::id()).is_some_and(|ticks| ticks > 0));
+    }
+}
