@@ -187,6 +187,7 @@ fn session(events_wanted: usize, compacted: bool) -> Vec<RuntimeEvent> {
                 outcome: keel_contracts::Outcome::Ok,
                 content: "x".repeat(2_000),
                 bytes: 2_000,
+                raw: None,
             },
         );
     }

@@ -452,6 +452,10 @@ pub enum EventKind {
         content: String,
         /// Size of `content` in bytes.
         bytes: u64,
+        /// The exact bytes `content` shows, base64, present only when `content` shows some
+        /// of them as escapes (not UTF-8, or control bytes); see [`crate::RawBytes`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        raw: Option<crate::RawBytes>,
     },
     /// Shadow mode withheld a call; this is what it would have done.
     ShadowIntent {
@@ -626,6 +630,7 @@ mod tests {
                 outcome: Outcome::ShadowDenied,
                 content: "x".into(),
                 bytes: 1,
+                raw: None,
             },
         };
         let json = serde_json::to_value(&event).unwrap();

@@ -132,7 +132,10 @@ pub(crate) struct AgentAnswer {
 
 impl AgentAnswer {
     fn text(outcome: Outcome, content: String) -> AgentAnswer {
-        AgentAnswer { output: ToolOutput { outcome, content }, spent: UsageTotals::default() }
+        AgentAnswer {
+            output: ToolOutput { outcome, content, raw: None },
+            spent: UsageTotals::default(),
+        }
     }
 }
 
@@ -252,7 +255,11 @@ impl crate::Kernel {
             }
         };
         Ok(AgentAnswer {
-            output: ToolOutput { outcome, content: format!("agent {child_session} {text}") },
+            output: ToolOutput {
+                outcome,
+                content: format!("agent {child_session} {text}"),
+                raw: None,
+            },
             spent: report.usage,
         })
     }

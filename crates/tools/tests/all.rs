@@ -8,6 +8,8 @@ mod suite {
     mod b11_stdin;
     mod bash;
     mod edit_file;
+    mod exact_bytes;
+    mod exact_edits;
     mod glob;
     mod grep;
     mod list_dir;
