@@ -118,6 +118,7 @@ fn tokens_sent_over_a_50_step_task() {
                 model_spec: "scripted:bench".into(),
                 envelope: Envelope::executor(),
                 mode: ExecutionMode::Live,
+                base_url: None,
             })
             .await
             .unwrap();

@@ -234,6 +234,12 @@ pub enum EventKind {
         envelope: Envelope,
         /// The execution mode that binds every run of the session.
         mode: ExecutionMode,
+        /// The provider endpoint the session runs against (`http://127.0.0.1:11434/v1`),
+        /// with userinfo and secret-looking query parameters removed; absent for scripted
+        /// models and for sessions recorded before it existed. `keel resume` continues
+        /// against it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        base_url: Option<String>,
         /// Set for child sessions.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lineage: Option<Lineage>,
