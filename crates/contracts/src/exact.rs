@@ -143,8 +143,7 @@ pub fn escape_into(text: &mut String, bytes: &[u8]) -> u64 {
     let mut n_escaped = 0;
     for chunk in bytes.utf8_chunks() {
         let valid = chunk.valid();
-        let mut chars = valid.char_indices().peekable();
-        while let Some((index, character)) = chars.next() {
+        for (index, character) in valid.char_indices() {
             match character {
                 '\n' | '\t' => text.push(character),
                 '\r' => {

@@ -232,10 +232,10 @@ fn fold(line: &str) -> Vec<char> {
 
 fn bigrams(chars: &[char]) -> Vec<(char, char)> {
     let mut pairs: Vec<(char, char)> = chars.windows(2).map(|pair| (pair[0], pair[1])).collect();
-    if pairs.is_empty() {
-        if let Some(first) = chars.first() {
-            pairs.push((*first, '\0'));
-        }
+    if pairs.is_empty()
+        && let Some(first) = chars.first()
+    {
+        pairs.push((*first, '\0'));
     }
     pairs.sort_unstable();
     pairs

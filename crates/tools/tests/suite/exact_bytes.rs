@@ -142,7 +142,7 @@ async fn issue_12_curly_quotes_and_escape_text_stay_byte_exact() {
     let text = "say \u{201c}it\u{2019}s\u{201d} and \\u2019 \\xe9\n";
     fixture.write("quotes.txt", text);
     let output = fixture.call("read_file", json!({"path": "quotes.txt"})).await;
-    assert!(output.content.starts_with(&format!("     1\t{}", text)), "{}", output.content);
+    assert!(output.content.starts_with(&format!("     1\t{text}")), "{}", output.content);
     assert_eq!(output.raw, None, "valid text is never escaped");
     let output = fixture
         .call(
