@@ -118,6 +118,7 @@ fn tokens_sent_over_a_50_step_task() {
                 model_spec: "scripted:bench".into(),
                 envelope: Envelope::executor(),
                 mode: ExecutionMode::Live,
+                base_url: None,
             })
             .await
             .unwrap();
@@ -188,6 +189,7 @@ fn session(events_wanted: usize, compacted: bool) -> Vec<RuntimeEvent> {
                 outcome: keel_contracts::Outcome::Ok,
                 content: "x".repeat(2_000),
                 bytes: 2_000,
+                raw: None,
             },
         );
     }

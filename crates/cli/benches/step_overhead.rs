@@ -101,6 +101,7 @@ fn bench(c: &mut Criterion) {
                         model_spec: "scripted:bench".into(),
                         envelope: Envelope::executor(),
                         mode: ExecutionMode::Live,
+                        base_url: None,
                     })
                     .await
                     .unwrap();

@@ -116,10 +116,35 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(message.into()))
 }
 
+/// What a session already is, for a run that continues it (`keel resume`, `keel compact`):
+/// its model and endpoint from `session_created`, and the budget of its last run.
+struct SessionFacts<'a> {
+    model: &'a str,
+    base_url: Option<&'a str>,
+    budget: Option<Budget>,
+}
+
+impl SessionFacts<'_> {
+    /// The facts in a session's ledger; `None` without a `session_created` first event.
+    fn of(events: &[keel_contracts::RuntimeEvent]) -> Option<SessionFacts<'_>> {
+        let EventKind::SessionCreated { model, base_url, .. } = &events.first()?.kind else {
+            return None;
+        };
+        let budget = events.iter().rev().find_map(|event| match &event.kind {
+            EventKind::RunStarted { budget, .. } => Some(*budget),
+            _ => None,
+        });
+        Some(SessionFacts { model, base_url: base_url.as_deref(), budget })
+    }
+}
+
 /// Everything resolved from flags and config for one run.
 struct Resolved {
     model_spec: String,
+    /// The endpoint handed to the provider (may carry a key from the environment).
     base_url: Option<String>,
+    /// The endpoint as `session_created` records it: no userinfo, no key-like parameters.
+    recorded_base_url: Option<String>,
     envelope: Envelope,
     mode: ExecutionMode,
     run: RunConfig,
@@ -136,9 +161,10 @@ fn resolve(
     config: &ConfigFile,
     prices: &PriceTable,
     workspace: &Path,
-    session_model: Option<&str>,
+    session: Option<&SessionFacts<'_>>,
     store: &Arc<dyn Store>,
 ) -> anyhow::Result<Resolved> {
+    let session_model = session.map(|session| session.model);
     let model_spec = options
         .model
         .clone()
@@ -246,11 +272,21 @@ fn resolve(
     if options.max_tokens.or(config.max_tokens) == Some(0) {
         return Err(usage("--max-tokens must be at least 1"));
     }
-    let budget = Budget {
-        max_steps: options.max_steps.or(config.max_steps),
-        max_tokens: options.max_tokens.or(config.max_tokens),
-        max_cost_usd: options.max_cost_usd.or(config.max_cost_usd),
-        max_time,
+    let budget = match session.and_then(|session| session.budget) {
+        // A continued session keeps the ceilings of the run it continues; a flag overrides
+        // one of them, and config files (which set the original run's) do not.
+        Some(recorded) => Budget {
+            max_steps: options.max_steps.or(recorded.max_steps),
+            max_tokens: options.max_tokens.or(recorded.max_tokens),
+            max_cost_usd: options.max_cost_usd.or(recorded.max_cost_usd),
+            max_time: if options.max_time.is_some() { max_time } else { recorded.max_time },
+        },
+        None => Budget {
+            max_steps: options.max_steps.or(config.max_steps),
+            max_tokens: options.max_tokens.or(config.max_tokens),
+            max_cost_usd: options.max_cost_usd.or(config.max_cost_usd),
+            max_time,
+        },
     };
     if let Some(max_cost) = budget.max_cost_usd
         && !(max_cost.is_finite() && max_cost > 0.0)
@@ -285,6 +321,7 @@ fn resolve(
         return Err(usage("--context-window must be a positive number of tokens"));
     }
     let counter = crate::tokens::counter_for(provider, model_name);
+    let (base_url, recorded_base_url) = endpoint(options, config, &model_spec, session);
     let parse_rules = |texts: &[String]| -> anyhow::Result<Vec<Rule>> {
         texts
             .iter()
@@ -298,7 +335,8 @@ fn resolve(
 
     Ok(Resolved {
         model_spec,
-        base_url: options.base_url.clone().or_else(|| config.base_url.clone()),
+        base_url,
+        recorded_base_url,
         envelope,
         mode,
         run: RunConfig {
@@ -324,6 +362,61 @@ fn resolve(
 fn shows_view(options: &RunOptions) -> bool {
     options.format() == crate::args::OutputFormat::Text
         && options.verbosity() != crate::view::Verbosity::Quiet
+}
+
+/// The endpoint for a run (what the provider gets, and what the ledger records).
+///
+/// `--base-url` wins. A continued session on the same provider keeps the endpoint its
+/// `session_created` recorded: the configured one (config file or environment) when it is
+/// that endpoint (it may carry a key the record left out), else the recorded one. A flag
+/// that moves the session elsewhere, or a recorded endpoint that differs from the
+/// configured one, is said on stderr; so is a flag that changes the model.
+fn endpoint(
+    options: &RunOptions,
+    config: &ConfigFile,
+    model_spec: &str,
+    session: Option<&SessionFacts<'_>>,
+) -> (Option<String>, Option<String>) {
+    let provider = |spec: &str| spec.split_once(':').map(|(provider, _)| provider.to_owned());
+    if let Some(session) = session
+        && options.model.as_deref().is_some_and(|model| model != session.model)
+    {
+        eprintln!(
+            "keel: -m {model_spec} replaces the session's model {} for this run (its \
+             run_composition records the model used)",
+            session.model
+        );
+    }
+    let recorded = session
+        .filter(|session| provider(session.model) == provider(model_spec))
+        .and_then(|session| session.base_url);
+    let configured = crate::provider::effective_base_url(model_spec, config.base_url.as_deref());
+    let base_url = match (&options.base_url, recorded) {
+        (Some(flag), recorded) => {
+            if let Some(recorded) = recorded
+                && crate::provider::recordable_base_url(flag) != recorded
+            {
+                eprintln!(
+                    "keel: --base-url {} replaces the session's endpoint {recorded} for this run",
+                    crate::provider::recordable_base_url(flag)
+                );
+            }
+            Some(flag.clone())
+        }
+        (None, Some(recorded)) => match configured {
+            Some(configured) if crate::provider::recordable_base_url(&configured) == recorded => {
+                Some(configured)
+            }
+            _ => {
+                eprintln!("keel: continuing against the session's endpoint {recorded}");
+                Some(recorded.to_owned())
+            }
+        },
+        (None, None) => config.base_url.clone(),
+    };
+    let recorded_base_url = crate::provider::effective_base_url(model_spec, base_url.as_deref())
+        .map(|url| crate::provider::recordable_base_url(&url));
+    (base_url, recorded_base_url)
 }
 
 /// `500ms`, `90s`, `10m`, `2h`: a positive number and its unit (a bare number is refused,
@@ -537,6 +630,7 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
             model_spec: resolved.model_spec.clone(),
             envelope: resolved.envelope.clone(),
             mode: resolved.mode,
+            base_url: resolved.recorded_base_url.clone(),
         })
         .await?;
     let cancel = cancel_on_ctrl_c();
@@ -561,8 +655,10 @@ async fn resume(
     let (home, store) = open_store().await?;
     let session_id = session.resolve(&store).await?;
     let events = store.read(session_id, keel_contracts::Seq(0)).await?;
-    let Some(EventKind::SessionCreated { workspace, model, .. }) = events.first().map(|e| &e.kind)
-    else {
+    let Some(EventKind::SessionCreated { workspace, .. }) = events.first().map(|e| &e.kind) else {
+        bail!("session {session_id} has no session_created event");
+    };
+    let Some(facts) = SessionFacts::of(&events) else {
         bail!("session {session_id} has no session_created event");
     };
     crate::seal::refuse_sealed(session_id, &events)?;
@@ -583,7 +679,7 @@ async fn resume(
     }
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
     let mut resolved =
-        resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model), &store)?;
+        resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(&facts), &store)?;
     let outbox = crate::outbox::start(&config, &home, store.clone())?;
     let mcp = mcp::start(&config, &home, &workspace, true).await?;
     resolved.run.instructions.splice(0..0, mcp.policy_instruction());
@@ -610,14 +706,16 @@ async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> an
     let (home, store) = open_store().await?;
     let session_id = session.resolve(&store).await?;
     let events = store.read(session_id, keel_contracts::Seq(0)).await?;
-    let Some(EventKind::SessionCreated { workspace, model, .. }) = events.first().map(|e| &e.kind)
-    else {
+    let Some(EventKind::SessionCreated { workspace, .. }) = events.first().map(|e| &e.kind) else {
+        bail!("session {session_id} has no session_created event");
+    };
+    let Some(facts) = SessionFacts::of(&events) else {
         bail!("session {session_id} has no session_created event");
     };
     let workspace = canonical_workspace(Some(Path::new(workspace)))?;
     let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
     let resolved =
-        resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(model), &store)?;
+        resolve(&options, &config, &PriceTable::load(&home)?, &workspace, Some(&facts), &store)?;
     let outbox = crate::outbox::start(&config, &home, store.clone())?;
     let mcp = mcp::start(&config, &home, &workspace, true).await?;
     let kernel = build_kernel(store, &resolved, &options, &mcp, &outbox)?;

@@ -62,9 +62,7 @@ pub(crate) fn model_client(
             Ok(Arc::new(client))
         }
         "anthropic" => {
-            let base_url = base_url
-                .map(str::to_owned)
-                .or_else(|| env_var("ANTHROPIC_BASE_URL"))
+            let base_url = effective_base_url(spec, base_url)
                 .unwrap_or_else(|| AnthropicConfig::DEFAULT_BASE_URL.to_owned());
             let mut config = AnthropicConfig::new(base_url, rest.to_owned());
             config.api_key = env_var("ANTHROPIC_API_KEY");
@@ -116,7 +114,100 @@ fn openai_config(model: &str, base_url: Option<&str>, context_window: Option<u64
     config
 }
 
+/// The endpoint [`model_client`] uses for `spec`: `base_url` (flag or config), else the
+/// provider's environment variable, else its default; `None` for scripted models and specs
+/// keel cannot parse.
+pub(crate) fn effective_base_url(spec: &str, base_url: Option<&str>) -> Option<String> {
+    let (provider, _) = spec.split_once(':')?;
+    let (variable, default) = match provider {
+        "openai" | "openai-responses" => ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+        "anthropic" => ("ANTHROPIC_BASE_URL", AnthropicConfig::DEFAULT_BASE_URL),
+        _ => return None,
+    };
+    Some(
+        base_url
+            .map(str::to_owned)
+            .or_else(|| env_var(variable))
+            .unwrap_or_else(|| default.to_owned()),
+    )
+}
+
+/// `url` as the ledger may keep it: without userinfo (`user:pass@`), without a fragment,
+/// and without query parameters whose names look like credentials (`key`, `api-key`,
+/// `token`, `sig`, `secret`, `password`, `auth`, `credential`, `session`); other
+/// parameters (`api-version`) stay.
+pub(crate) fn recordable_base_url(url: &str) -> String {
+    let url = url.split_once('#').map_or(url, |(before, _)| before);
+    let (before_query, query) = match url.split_once('?') {
+        Some((before, query)) => (before, Some(query)),
+        None => (url, None),
+    };
+    let (scheme, rest) = match before_query.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, before_query),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(index) => rest.split_at(index),
+        None => (rest, ""),
+    };
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let mut recorded = match scheme {
+        Some(scheme) => format!("{scheme}://{host}{path}"),
+        None => format!("{host}{path}"),
+    };
+    let kept: Vec<&str> = query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .filter(|pair| {
+            let name = pair.split_once('=').map_or(*pair, |(name, _)| name).to_ascii_lowercase();
+            !SECRET_PARAMETER_WORDS.iter().any(|word| name.contains(word))
+        })
+        .collect();
+    if !kept.is_empty() {
+        recorded.push('?');
+        recorded.push_str(&kept.join("&"));
+    }
+    recorded
+}
+
+/// Words that make a query parameter's name look like a credential.
+const SECRET_PARAMETER_WORDS: &[&str] =
+    &["key", "token", "sig", "secret", "password", "passwd", "auth", "credential", "session"];
+
 /// A non-empty environment variable.
 fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorded_endpoints_keep_no_secret() {
+        let table = [
+            ("http://127.0.0.1:11434/v1", "http://127.0.0.1:11434/v1"),
+            ("https://user:s3cret@proxy.example/v1", "https://proxy.example/v1"),
+            (
+                "https://x.openai.azure.com/openai?api-version=2024-10-21&api-key=abc",
+                "https://x.openai.azure.com/openai?api-version=2024-10-21",
+            ),
+            ("https://h/v1?token=t&sig=s&Key=k#frag", "https://h/v1"),
+            ("https://h/v1?x-goog-api-key=k&region=eu", "https://h/v1?region=eu"),
+            ("https://h:8443", "https://h:8443"),
+        ];
+        for (given, recorded) in table {
+            assert_eq!(recordable_base_url(given), recorded, "{given}");
+        }
+    }
+
+    #[test]
+    fn scripted_models_have_no_endpoint() {
+        assert_eq!(effective_base_url("scripted:/tmp/x.json", Some("http://h")), None);
+        assert_eq!(
+            effective_base_url("openai:gpt", Some("http://h/v1")).as_deref(),
+            Some("http://h/v1")
+        );
+    }
 }

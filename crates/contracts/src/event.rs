@@ -239,6 +239,12 @@ pub enum EventKind {
         envelope: Envelope,
         /// The execution mode that binds every run of the session.
         mode: ExecutionMode,
+        /// The provider endpoint the session runs against (`http://127.0.0.1:11434/v1`),
+        /// with userinfo and secret-looking query parameters removed; absent for scripted
+        /// models and for sessions recorded before it existed. `keel resume` continues
+        /// against it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        base_url: Option<String>,
         /// Set for child sessions.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lineage: Option<Lineage>,
@@ -461,6 +467,10 @@ pub enum EventKind {
         content: String,
         /// Size of `content` in bytes.
         bytes: u64,
+        /// The exact bytes `content` shows, base64, present only when `content` shows some
+        /// of them as escapes (not UTF-8, or control bytes); see [`crate::RawBytes`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        raw: Option<crate::RawBytes>,
     },
     /// Shadow mode withheld a call; this is what it would have done.
     ShadowIntent {
@@ -635,6 +645,7 @@ mod tests {
                 outcome: Outcome::ShadowDenied,
                 content: "x".into(),
                 bytes: 1,
+                raw: None,
             },
         };
         let json = serde_json::to_value(&event).unwrap();

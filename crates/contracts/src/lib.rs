@@ -23,6 +23,7 @@ mod clock;
 mod context;
 mod envelope;
 mod event;
+mod exact;
 mod fence;
 mod ids;
 mod message;
@@ -47,6 +48,10 @@ pub use envelope::{
 pub use event::{
     ApprovalMode, Boundary, CarriedContext, Decision, EventKind, Evidence, Lineage,
     PermissionAnswer, RuntimeEvent, SandboxMode, UsageTotals,
+};
+pub use exact::{
+    ExactText, RawBytes, escape_into, escape_note, incomplete_suffix_len, orphan_prefix_len,
+    prefix_chars,
 };
 pub use fence::{
     NEUTRALISED_MARKER, TOOL_OUTPUT_POLICY, UNTRUSTED_POLICY, fence_untrusted, neutralise_markers,

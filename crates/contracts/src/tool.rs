@@ -125,17 +125,27 @@ pub struct ToolOutput {
     pub outcome: Outcome,
     /// The text the model sees (UTF-8; tools make binary output safe before returning).
     pub content: String,
+    /// The exact bytes `content` shows, when it shows some of them as escapes
+    /// (see [`crate::ExactText`]); recorded in the `tool_result` beside `content`.
+    pub raw: Option<crate::RawBytes>,
 }
 
 impl ToolOutput {
     /// A successful result.
     pub fn ok(content: impl Into<String>) -> ToolOutput {
-        ToolOutput { outcome: Outcome::Ok, content: content.into() }
+        ToolOutput { outcome: Outcome::Ok, content: content.into(), raw: None }
     }
 
     /// A failed result with a model-readable reason.
     pub fn error(content: impl Into<String>) -> ToolOutput {
-        ToolOutput { outcome: Outcome::Error, content: content.into() }
+        ToolOutput { outcome: Outcome::Error, content: content.into(), raw: None }
+    }
+
+    /// A result built from [`crate::ExactText`]: its text (with the escape note when
+    /// anything was escaped) and its exact bytes when they differ from the text.
+    pub fn exact(outcome: Outcome, text: crate::ExactText) -> ToolOutput {
+        let (content, raw) = text.finish();
+        ToolOutput { outcome, content, raw }
     }
 }
 

@@ -132,7 +132,10 @@ pub(crate) struct AgentAnswer {
 
 impl AgentAnswer {
     fn text(outcome: Outcome, content: String) -> AgentAnswer {
-        AgentAnswer { output: ToolOutput { outcome, content }, spent: UsageTotals::default() }
+        AgentAnswer {
+            output: ToolOutput { outcome, content, raw: None },
+            spent: UsageTotals::default(),
+        }
     }
 }
 
@@ -191,7 +194,7 @@ impl crate::Kernel {
             ));
         };
         let parent_events = self.deps.store.read(call.session_id, Seq(0)).await?;
-        let Some(EventKind::SessionCreated { workspace, model, envelope, mode, .. }) =
+        let Some(EventKind::SessionCreated { workspace, model, envelope, mode, base_url, .. }) =
             parent_events.first().map(|event| &event.kind)
         else {
             return Err(crate::KernelError::SessionNotFound(call.session_id));
@@ -224,6 +227,7 @@ impl crate::Kernel {
             model_spec: model.clone(),
             envelope: envelope.clone(),
             mode: *mode,
+            base_url: base_url.clone(),
         };
         let lineage = Lineage {
             parent_session_id: call.session_id,
@@ -252,7 +256,11 @@ impl crate::Kernel {
             }
         };
         Ok(AgentAnswer {
-            output: ToolOutput { outcome, content: format!("agent {child_session} {text}") },
+            output: ToolOutput {
+                outcome,
+                content: format!("agent {child_session} {text}"),
+                raw: None,
+            },
             spent: report.usage,
         })
     }

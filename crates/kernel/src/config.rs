@@ -63,6 +63,9 @@ pub struct SessionConfig {
     pub envelope: Envelope,
     /// Execution mode; binds every run of the session.
     pub mode: ExecutionMode,
+    /// The provider endpoint, recorded in `session_created` so a resume continues against
+    /// it. Never a secret: the caller strips userinfo and key-like query parameters.
+    pub base_url: Option<String>,
 }
 
 /// Workspace instructions to put in the system prompt (AGENTS.md and the like).

@@ -180,6 +180,7 @@ impl Kernel {
                     model: config.model_spec.clone(),
                     envelope: config.envelope.clone(),
                     mode: config.mode,
+                    base_url: config.base_url.clone(),
                     lineage,
                 },
             )

@@ -102,6 +102,7 @@ pub(crate) async fn close_dangling_run(
                     outcome,
                     content: text.to_owned(),
                     bytes: text.len() as u64,
+                    raw: None,
                 },
             )
             .await?;
@@ -164,6 +165,7 @@ pub(crate) async fn cancel_awaiting(ledger: &mut Ledger) -> Result<()> {
                     outcome: Outcome::Cancelled,
                     content: NEW_TURN_TEXT.to_owned(),
                     bytes: NEW_TURN_TEXT.len() as u64,
+                    raw: None,
                 },
             )
             .await?;

@@ -119,6 +119,17 @@ impl Call<'_> {
         outcome: Outcome,
         content: String,
     ) -> Result<()> {
+        self.output(ledger, attempt_id, ToolOutput { outcome, content, raw: None }).await
+    }
+
+    /// Records a tool's output, its exact bytes included when it has them.
+    async fn output(
+        &self,
+        ledger: &mut Ledger,
+        attempt_id: Option<AttemptId>,
+        output: ToolOutput,
+    ) -> Result<()> {
+        let ToolOutput { outcome, content, raw } = output;
         let bytes = content.len() as u64;
         ledger
             .append(
@@ -131,6 +142,7 @@ impl Call<'_> {
                     outcome,
                     content,
                     bytes,
+                    raw,
                 },
             )
             .await?;
@@ -328,6 +340,7 @@ impl<'a> CallState<'a> {
             return Ok(Some(ToolOutput {
                 outcome: Outcome::Refused,
                 content: keel_contracts::REFUSAL_BOUNDARY_DENIED.to_owned(),
+                raw: None,
             }));
         }
         let mut boundary = self.boundary.clone();
@@ -572,11 +585,11 @@ impl<'a> CallState<'a> {
         if spec.intrinsic && name == REQUEST_BOUNDARY {
             let output = self.negotiate_boundary(ledger, &call, &arguments_sha256, cancel).await?;
             let Some(output) = output else { return Ok(()) };
-            return call.result(ledger, Some(attempt_id), output.outcome, output.content).await;
+            return call.output(ledger, Some(attempt_id), output).await;
         }
         if spec.intrinsic && name == READ_TOOL_RESULT {
             let output = read_tool_result(&ledger.events, &tool_call.arguments);
-            return call.result(ledger, Some(attempt_id), output.outcome, output.content).await;
+            return call.output(ledger, Some(attempt_id), output).await;
         }
         if spec.intrinsic && is_agent_tool(name) {
             let answer = self
@@ -595,7 +608,7 @@ impl<'a> CallState<'a> {
                 .await?;
             self.child_spent.absorb(&answer.spent);
             let output = answer.output;
-            return call.result(ledger, Some(attempt_id), output.outcome, output.content).await;
+            return call.output(ledger, Some(attempt_id), output).await;
         }
         let arguments = tool_call.arguments.clone();
         let task =
@@ -623,7 +636,7 @@ impl<'a> CallState<'a> {
             *self.failures.entry(failure_key).or_insert(0) += 1;
         }
         self.failpoints.hit(Failpoint::BeforeResult).await;
-        call.result(ledger, Some(attempt_id), output.outcome, output.content).await?;
+        call.output(ledger, Some(attempt_id), output).await?;
         self.failpoints.hit(Failpoint::AfterResult).await;
         Ok(())
     }

@@ -346,7 +346,7 @@ impl ServerHandle {
         match called {
             Ok(Ok(result)) => {
                 let (outcome, text) = render(&result);
-                ToolOutput { outcome, content: fence_untrusted(source, &text) }
+                ToolOutput { outcome, content: fence_untrusted(source, &text), raw: None }
             }
             Err(_elapsed) => ToolOutput::error(format!(
                 "error: MCP tool '{server_tool}' of server '{server}' did not answer within {} ms; \

@@ -2,12 +2,22 @@
 
 use std::collections::VecDeque;
 
+use keel_contracts::{ExactText, escape_into, incomplete_suffix_len, orphan_prefix_len};
+
 /// One captured output stream, made safe for the model.
+///
+/// Bytes that are not UTF-8 text (and control bytes) are shown as escapes, never replaced;
+/// a character the cap cuts through is left out whole, never broken (see
+/// [`keel_contracts::ExactText`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CapturedText {
-    /// The text: lossily decoded UTF-8; when bytes were omitted, the head, a marker line
-    /// stating the cap and the omitted byte count, then the tail.
+    /// The model text: escaped UTF-8; when bytes were omitted, the head, a marker line
+    /// stating the cap and the omitted byte count, then the tail. The same as
+    /// `exact.text()`.
     pub text: String,
+    /// [`text`](Self::text) built beside the exact bytes it shows, for a tool to compose
+    /// into its result.
+    pub exact: ExactText,
     /// Bytes the stream produced in total.
     pub total_bytes: u64,
     /// Bytes left out of [`text`](Self::text) because of the cap.
@@ -49,42 +59,56 @@ impl CappedBuffer {
         self.tail.drain(..excess);
     }
 
-    /// The last non-empty line seen, lossily decoded and trimmed.
+    /// The last non-empty line seen, escaped like the captured text and trimmed.
     pub(crate) fn last_line(&self) -> Option<String> {
         let bytes: Vec<u8> = if self.tail.is_empty() {
             self.head.clone()
         } else {
-            self.tail.iter().copied().collect()
+            let tail: Vec<u8> = self.tail.iter().copied().collect();
+            tail[orphan_prefix_len(&tail)..].to_vec()
         };
-        let text = String::from_utf8_lossy(&bytes);
-        let line = text.lines().map(str::trim).rfind(|line| !line.is_empty())?;
-        Some(line.to_owned())
+        let line = bytes
+            .split(|byte| *byte == b'\n')
+            .map(<[u8]>::trim_ascii)
+            .rfind(|line| !line.is_empty())?;
+        let mut text = String::new();
+        escape_into(&mut text, line);
+        Some(text)
     }
 
     pub(crate) fn finish(self) -> CapturedText {
-        let kept = (self.head.len() + self.tail.len()) as u64;
-        let omitted_bytes = self.total_bytes - kept;
-        let tail: Vec<u8> = self.tail.into_iter().collect();
-        let text = if omitted_bytes == 0 {
-            let mut all = self.head;
-            all.extend_from_slice(&tail);
-            String::from_utf8_lossy(&all).into_owned()
+        let mut head = self.head;
+        let mut tail: Vec<u8> = self.tail.into_iter().collect();
+        let mut exact = ExactText::new();
+        let omitted_bytes = if self.total_bytes == (head.len() + tail.len()) as u64 {
+            head.extend_from_slice(&tail);
+            exact.push_bytes(&head);
+            0
         } else {
-            let mut text = String::from_utf8_lossy(&self.head).into_owned();
-            if !text.ends_with('\n') {
-                text.push('\n');
+            // A character cut by the head's end or the tail's start is omitted whole.
+            head.truncate(head.len() - incomplete_suffix_len(&head));
+            tail.drain(..orphan_prefix_len(&tail));
+            let omitted_bytes = self.total_bytes - (head.len() + tail.len()) as u64;
+            exact.push_bytes(&head);
+            if !head.is_empty() && !head.ends_with(b"\n") {
+                exact.push_str("\n");
             }
-            text.push_str(&format!(
+            exact.push_str(&format!(
                 "[... {omitted_bytes} bytes omitted: output is capped at {} bytes per stream, \
                  showing the first {} and the last {} ...]\n",
                 self.cap,
-                self.head.len(),
+                head.len(),
                 tail.len()
             ));
-            text.push_str(&String::from_utf8_lossy(&tail));
-            text
+            exact.push_bytes(&tail);
+            omitted_bytes
         };
-        CapturedText { text, total_bytes: self.total_bytes, omitted_bytes }
+        CapturedText {
+            text: exact.text().to_owned(),
+            exact,
+            total_bytes: self.total_bytes,
+            omitted_bytes,
+        }
     }
 }
 
@@ -128,10 +152,39 @@ mod tests {
     }
 
     #[test]
-    fn invalid_utf8_is_replaced() {
+    fn invalid_utf8_is_escaped_and_kept_exact() {
         let mut buffer = CappedBuffer::new(100);
         buffer.push(&[b'a', 0xff, 0xfe, b'b']);
-        assert_eq!(buffer.finish().text, "a\u{fffd}\u{fffd}b");
+        let captured = buffer.finish();
+        assert_eq!(captured.text, "a\\xff\\xfeb");
+        assert_eq!(captured.exact.n_escaped(), 2);
+        let (_, raw) = captured.exact.finish();
+        assert_eq!(raw.map(|raw| raw.0), Some(vec![b'a', 0xff, 0xfe, b'b']));
+    }
+
+    #[test]
+    fn a_character_split_across_chunks_is_whole() {
+        let mut buffer = CappedBuffer::new(100);
+        let euro = "\u{20ac}".as_bytes();
+        buffer.push(&euro[..1]);
+        buffer.push(&euro[1..]);
+        let captured = buffer.finish();
+        assert_eq!(captured.text, "\u{20ac}");
+        assert_eq!(captured.exact.n_escaped(), 0);
+    }
+
+    #[test]
+    fn a_character_cut_by_the_cap_is_omitted_whole() {
+        // Head holds 4 bytes: `ab` and the first two of the three bytes of U+20AC; the tail
+        // starts with the last byte of another U+20AC.
+        let mut buffer = CappedBuffer::new(8);
+        buffer.push("ab\u{20ac}-----\u{20ac}xyz".as_bytes());
+        let captured = buffer.finish();
+        assert!(captured.text.starts_with("ab\n[... "), "{}", captured.text);
+        assert!(captured.text.ends_with("...]\nxyz"), "{}", captured.text);
+        assert!(!captured.text.contains('\u{fffd}'));
+        assert_eq!(captured.exact.n_escaped(), 0);
+        assert_eq!(captured.omitted_bytes, captured.total_bytes - 5);
     }
 
     #[test]

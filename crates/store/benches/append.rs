@@ -44,6 +44,7 @@ fn event(session_id: SessionId, seq: u64) -> RuntimeEvent {
             tool: "grep".to_owned(),
             outcome: Outcome::Ok,
             bytes: content.len() as u64,
+            raw: None,
             content,
         },
     }

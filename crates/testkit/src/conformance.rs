@@ -173,6 +173,7 @@ fn created_kind(workspace: &str, parent: Option<SessionId>) -> EventKind {
         model: "scripted:fix.json".to_owned(),
         envelope: Envelope::executor(),
         mode: ExecutionMode::Live,
+        base_url: None,
         lineage: parent.map(|parent_session_id| Lineage {
             parent_session_id,
             parent_run_id: RunId(Uuid::from_u128(1)),

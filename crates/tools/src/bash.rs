@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use keel_contracts::{Tool, ToolContext, ToolOutput, ToolSpec};
+use keel_contracts::{ExactText, Outcome, Tool, ToolContext, ToolOutput, ToolSpec};
 use keel_sandbox::{CommandOutput, CommandSpec, SandboxError, Termination};
 use serde::Deserialize;
 use serde_json::json;
@@ -173,7 +173,7 @@ impl Tool for Bash {
 }
 
 fn render(output: &CommandOutput) -> ToolOutput {
-    let mut text = String::new();
+    let mut text = ExactText::new();
     if let Termination::TimedOut { after } = output.termination {
         text.push_str(&format!(
             "command timed out after {} ms and was killed with its process group",
@@ -184,29 +184,33 @@ fn render(output: &CommandOutput) -> ToolOutput {
             None => text.push_str("; it printed nothing\n"),
         }
     }
-    push_stream(&mut text, None, &output.stdout.text);
-    push_stream(&mut text, Some("[stderr]"), &output.stderr.text);
+    push_stream(&mut text, None, &output.stdout.exact);
+    push_stream(&mut text, Some("[stderr]"), &output.stderr.exact);
     for note in &output.notes {
         text.push_str(&format!("[{note}]\n"));
     }
     match output.termination {
         Termination::Exited { code } => text.push_str(&format!("[exit code {code}]")),
         Termination::Signaled { signal } => text.push_str(&format!("[killed by signal {signal}]")),
-        Termination::TimedOut { .. } => return ToolOutput::error(text.trim_end().to_owned()),
+        Termination::TimedOut { .. } => {
+            let output = ToolOutput::exact(Outcome::Error, text);
+            return ToolOutput { content: output.content.trim_end().to_owned(), ..output };
+        }
     }
-    ToolOutput::ok(text)
+    ToolOutput::exact(Outcome::Ok, text)
 }
 
-fn push_stream(text: &mut String, header: Option<&str>, stream: &str) {
+/// Appends one stream's captured text (its escapes and exact bytes) under its header.
+fn push_stream(text: &mut ExactText, header: Option<&str>, stream: &ExactText) {
     if stream.is_empty() {
         return;
     }
     if let Some(header) = header {
         text.push_str(header);
-        text.push('\n');
+        text.push_str("\n");
     }
-    text.push_str(stream);
-    if !stream.ends_with('\n') {
-        text.push('\n');
+    text.append(stream);
+    if !stream.text().ends_with('\n') {
+        text.push_str("\n");
     }
 }

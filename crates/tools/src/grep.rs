@@ -5,14 +5,14 @@ use std::path::Path;
 use async_trait::async_trait;
 use globset::GlobMatcher;
 use grep_regex::RegexMatcherBuilder;
-use grep_searcher::sinks::Lossy;
+use grep_searcher::sinks::Bytes;
 use grep_searcher::{BinaryDetection, SearcherBuilder};
-use keel_contracts::{Tool, ToolContext, ToolOutput, ToolSpec};
+use keel_contracts::{ExactText, Outcome, Tool, ToolContext, ToolOutput, ToolSpec, prefix_chars};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::deny::Denied;
-use crate::spec::{blocking, parse_arguments, read_spec, truncate_chars, workspace};
+use crate::spec::{blocking, parse_arguments, read_spec, workspace};
 use crate::walk::{compile_glob, walk};
 use crate::workspace::Workspace;
 
@@ -145,25 +145,30 @@ fn search(
     }
     let mut searcher =
         SearcherBuilder::new().binary_detection(BinaryDetection::quit(0)).line_number(true).build();
-    let mut lines: Vec<String> = Vec::new();
+    let mut lines: Vec<ExactText> = Vec::new();
     let mut capped = false;
     let mut n_unreadable = 0_usize;
 
-    let mut search_file = |path: &Path, lines: &mut Vec<String>| -> bool {
+    let mut search_file = |path: &Path, lines: &mut Vec<ExactText>| -> bool {
         let shown = workspace.display(path);
         let result = searcher.search_path(
             &matcher,
             path,
-            Lossy(|line_number, text| {
+            Bytes(|line_number, bytes| {
                 if lines.len() >= MAX_MATCHES {
                     capped = true;
                     return Ok(false);
                 }
-                let text = text.trim_end_matches(['\n', '\r']);
-                lines.push(format!(
-                    "{shown}:{line_number}:{}",
-                    truncate_chars(text, MAX_LINE_CHARS)
-                ));
+                let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+                let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+                let mut line = ExactText::new();
+                line.push_str(&format!("{shown}:{line_number}:"));
+                let kept = prefix_chars(bytes, MAX_LINE_CHARS);
+                line.push_bytes(kept);
+                if kept.len() < bytes.len() {
+                    line.push_str("… [line truncated]");
+                }
+                lines.push(line);
                 Ok(true)
             }),
         );
@@ -204,9 +209,10 @@ fn search(
     if lines.is_empty() && n_unreadable == 0 {
         return ToolOutput::ok(format!("no matches for `{}`", arguments.pattern));
     }
-    let mut output = lines.join("\n");
-    if !output.is_empty() {
-        output.push('\n');
+    let mut output = ExactText::new();
+    for line in &lines {
+        output.append(line);
+        output.push_str("\n");
     }
     if capped {
         output.push_str(&format!(
@@ -216,5 +222,5 @@ fn search(
     if n_unreadable > 0 {
         output.push_str(&format!("[{n_unreadable} files or folders could not be read]\n"));
     }
-    ToolOutput::ok(output)
+    ToolOutput::exact(Outcome::Ok, output)
 }

@@ -36,6 +36,7 @@ mod grep;
 mod list_dir;
 mod read_file;
 mod spec;
+mod visible;
 mod walk;
 mod workspace;
 mod write_file;

@@ -1,16 +1,21 @@
 //! `read_file`: a text file's lines, numbered like `cat -n`.
+//!
+//! Bytes that are not UTF-8 text are shown escaped and kept exact in the result's raw
+//! bytes (see [`keel_contracts::ExactText`]); lines are read whole, so a page boundary never
+//! splits a character. A last line notes CRLF endings and look-alike characters.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use async_trait::async_trait;
-use keel_contracts::{Tool, ToolContext, ToolOutput, ToolSpec};
+use keel_contracts::{ExactText, Outcome, Tool, ToolContext, ToolOutput, ToolSpec, prefix_chars};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::deny::Denied;
-use crate::spec::{blocking, parse_arguments, read_spec, truncate_chars, workspace};
+use crate::spec::{blocking, parse_arguments, read_spec, workspace};
+use crate::visible::{LineEndings, file_note, lookalikes_in_line};
 
 /// Lines shown when the call gives no `limit`.
 const DEFAULT_LIMIT: u64 = 2000;
@@ -18,6 +23,8 @@ const DEFAULT_LIMIT: u64 = 2000;
 const MAX_LINE_CHARS: usize = 2000;
 /// Output size at which reading stops, with a note saying where to continue.
 const MAX_OUTPUT_BYTES: usize = 256 * 1024;
+/// Look-alike characters located by line and column in one result; the rest are counted.
+const MAX_LOOKALIKES_KEPT: usize = 64;
 /// Bytes inspected for a NUL byte to tell a binary file.
 const BINARY_SNIFF_BYTES: usize = 8 * 1024;
 
@@ -43,7 +50,9 @@ impl ReadFile {
                 "read_file",
                 "Read a text file in the workspace. Returns its lines numbered like `cat -n` \
                  (number, tab, text). Use offset (1-based line number) and limit (number of \
-                 lines, default 2000) to page through long files. Binary files are refused.",
+                 lines, default 2000) to page through long files. Binary files are refused. Bytes \
+                 that are not UTF-8 text are shown as \\xNN escapes; a last line notes CRLF \
+                 line endings and look-alike characters (such as U+00A0 NO-BREAK SPACE).",
                 json!({
                     "type": "object",
                     "properties": {
@@ -140,9 +149,13 @@ fn read_lines(path: &Path, shown: &str, offset: u64, limit: u64) -> ToolOutput {
     }
     let mut reader = BufReader::new(sniff.as_slice().chain(reader));
 
-    let mut output = String::new();
+    let mut output = ExactText::new();
     let mut line = Vec::new();
     let mut line_number: u64 = 0;
+    let mut endings = LineEndings::default();
+    let mut lookalikes = Vec::new();
+    let mut n_more_lookalikes: u64 = 0;
+    let mut trailer = None;
     let last_wanted = offset.saturating_add(limit - 1);
     loop {
         line.clear();
@@ -156,19 +169,34 @@ fn read_lines(path: &Path, shown: &str, offset: u64, limit: u64) -> ToolOutput {
             continue;
         }
         if line_number > last_wanted {
-            output.push_str(&format!("[more lines follow; continue with offset={line_number}]\n"));
-            return ToolOutput::ok(output);
+            trailer = Some(format!("[more lines follow; continue with offset={line_number}]\n"));
+            break;
         }
         if output.len() >= MAX_OUTPUT_BYTES {
-            output.push_str(&format!(
+            trailer = Some(format!(
                 "[output capped at {MAX_OUTPUT_BYTES} bytes; continue with offset={line_number}]\n"
             ));
-            return ToolOutput::ok(output);
+            break;
         }
-        let text = String::from_utf8_lossy(&line);
-        let text = text.strip_suffix('\n').unwrap_or(&text);
-        let text = text.strip_suffix('\r').unwrap_or(text);
-        output.push_str(&format!("{line_number:>6}\t{}\n", truncate_chars(text, MAX_LINE_CHARS)));
+        endings.count_line(&line);
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        let kept = prefix_chars(text, MAX_LINE_CHARS);
+        if let Ok(valid) = std::str::from_utf8(kept) {
+            for found in lookalikes_in_line(valid, line_number) {
+                if lookalikes.len() < MAX_LOOKALIKES_KEPT {
+                    lookalikes.push(found);
+                } else {
+                    n_more_lookalikes += 1;
+                }
+            }
+        }
+        output.push_str(&format!("{line_number:>6}\t"));
+        output.push_bytes(kept);
+        if kept.len() < text.len() {
+            output.push_str("… [line truncated]");
+        }
+        output.push_str("\n");
     }
     if line_number == 0 {
         return ToolOutput::ok(format!("(`{shown}` is empty)"));
@@ -178,5 +206,11 @@ fn read_lines(path: &Path, shown: &str, offset: u64, limit: u64) -> ToolOutput {
             "offset {offset} is past the end of `{shown}`, which has {line_number} lines"
         ));
     }
-    ToolOutput::ok(output)
+    if let Some(trailer) = trailer {
+        output.push_str(&trailer);
+    }
+    if let Some(note) = file_note(endings, &lookalikes, n_more_lookalikes) {
+        output.push_str(&note);
+    }
+    ToolOutput::exact(Outcome::Ok, output)
 }

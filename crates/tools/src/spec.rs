@@ -60,11 +60,3 @@ where
         Err(error) => ToolOutput::error(format!("tool task failed: {error}")),
     }
 }
-
-/// Shortens `text` to at most `max_chars` characters, marking the cut.
-pub(crate) fn truncate_chars(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        Some((cut, _)) => format!("{}… [line truncated]", &text[..cut]),
-        None => text.to_owned(),
-    }
-}

@@ -9,6 +9,8 @@ mod suite {
     mod bash;
     mod deny_rules;
     mod edit_file;
+    mod exact_bytes;
+    mod exact_edits;
     mod glob;
     mod grep;
     mod list_dir;

@@ -91,6 +91,7 @@ impl Ledger {
                 outcome,
                 content: content.to_owned(),
                 bytes: content.len() as u64,
+                raw: None,
             },
         )
     }
@@ -123,6 +124,7 @@ fn scripted_run() -> Ledger {
             envelope: Envelope::executor(),
             mode: ExecutionMode::Live,
             lineage: None,
+            base_url: None,
         })
         .push(EventKind::TurnStarted { input: "Fix the failing tests".to_owned() })
         .push(EventKind::RunStarted {
@@ -202,6 +204,7 @@ fn scripted_run() -> Ledger {
             outcome: Outcome::Refused,
             content: keel_contracts::REFUSAL_PERMISSION_DENIED.to_owned(),
             bytes: 10,
+            raw: None,
         })
         .call("c5", "bash", serde_json::json!({"command": "rm -rf /"}), "")
         .push(EventKind::GateDecision {
@@ -217,6 +220,7 @@ fn scripted_run() -> Ledger {
             outcome: Outcome::Refused,
             content: keel_contracts::REFUSAL_FORBIDDEN.to_owned(),
             bytes: 10,
+            raw: None,
         })
         .push(EventKind::ModelResponse {
             text: "Fixed the off-by-one in to_roman.".to_owned(),

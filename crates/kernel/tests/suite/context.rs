@@ -268,6 +268,7 @@ fn b04_rejections_and_errors_are_results_and_pairs_stay_whole() {
         outcome,
         content: content.into(),
         bytes: content.len() as u64,
+        raw: None,
     };
     let events = vec![
         event(1, EventKind::TurnStarted { input: "Clean the build directory.".into() }),
@@ -431,6 +432,7 @@ mod properties {
                             outcome,
                             content: "r".repeat(*bytes),
                             bytes: *bytes as u64,
+                            raw: None,
                         });
                     }
                 }

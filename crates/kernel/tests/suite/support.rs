@@ -189,6 +189,7 @@ impl Harness {
                 model_spec: "scripted:test".into(),
                 envelope: self.envelope.clone(),
                 mode: self.mode,
+                base_url: None,
             })
             .await
             .unwrap()

@@ -36,6 +36,7 @@ pub(crate) async fn record(
                     model: "scripted:x".into(),
                     envelope: Envelope::executor(),
                     mode: ExecutionMode::Live,
+                    base_url: None,
                     lineage: None,
                 }
             } else {

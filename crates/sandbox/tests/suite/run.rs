@@ -173,7 +173,10 @@ async fn non_utf8_output_is_made_safe() {
     )
     .await
     .unwrap();
-    assert_eq!(out.stdout.text, "a\u{fffd}\u{fffd}b\n");
+    // Issue #12: escaped, never replaced by U+FFFD, and exact beside the text.
+    assert_eq!(out.stdout.text, "a\\xff\\xfeb\n");
+    assert_eq!(out.stdout.exact.n_escaped(), 2);
+    assert_eq!(out.stdout.exact.clone().finish().1.unwrap().0, b"a\xff\xfeb\n");
 }
 
 #[tokio::test]

@@ -24,6 +24,7 @@ fn event(session_id: SessionId, seq: u64, content: String) -> RuntimeEvent {
             tool: "bash".to_owned(),
             outcome: Outcome::Ok,
             bytes: content.len() as u64,
+            raw: None,
             content,
         },
     }

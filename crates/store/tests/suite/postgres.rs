@@ -77,6 +77,7 @@ fn created(session_id: SessionId, workspace: &str) -> RuntimeEvent {
         model: "scripted:fix.json".to_owned(),
         envelope: Envelope::executor(),
         mode: ExecutionMode::Live,
+        base_url: None,
         lineage: None,
     };
     event(session_id, 1, kind)

@@ -21,6 +21,7 @@ pub(super) async fn read_returns_events_after_the_bound<F: StoreFactory>(factory
             outcome: Outcome::Ok,
             content: "fn main() {}\n// ünïcödé ✓ \"quoted\"\t\u{0}".to_owned(),
             bytes: 40,
+            raw: None,
         },
     ));
     must(store.append(&chain).await, "append 1..=5");

@@ -79,6 +79,7 @@ async fn appends_of_a_kind_fail_like_a_crash_between_prepare_and_result() {
         outcome: Outcome::Ok,
         content: String::new(),
         bytes: 0,
+        raw: None,
     };
     let batch = [event(&clock, session_id, 2, note(2)), event(&clock, session_id, 3, result)];
     assert_eq!(backend_message(store.append(&batch).await), "disk I/O error");

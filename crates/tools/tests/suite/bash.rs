@@ -76,7 +76,12 @@ async fn non_utf8_output_is_made_safe() {
     let fixture = Fixture::new();
     let output = fixture.call("bash", json!({"command": r"printf 'ok \xff\xfe done\n'"})).await;
     assert_eq!(output.outcome, Outcome::Ok);
-    assert_eq!(output.content, "ok \u{fffd}\u{fffd} done\n[exit code 0]");
+    // Issue #12: escaped, never replaced by U+FFFD; the exact bytes are in `raw`.
+    assert_eq!(
+        output.content,
+        "ok \\xff\\xfe done\n[exit code 0]\n[keel: 2 bytes shown as \\xNN escapes (not UTF-8 text or control bytes); the ledger keeps the exact bytes]\n"
+    );
+    assert_eq!(output.raw.unwrap().0, b"ok \xff\xfe done\n[exit code 0]");
 }
 
 #[tokio::test]

@@ -82,7 +82,10 @@ async fn non_utf8_lines_are_made_safe() {
     let fixture = Fixture::new();
     std::fs::write(fixture.root.join("latin1.txt"), b"caf\xe9 au lait\n").unwrap();
     let output = fixture.call("grep", json!({"pattern": "lait"})).await;
-    assert_eq!(output.content, "latin1.txt:1:caf\u{fffd} au lait\n");
+    assert_eq!(
+        output.content,
+        "latin1.txt:1:caf\\xe9 au lait\n[keel: 1 byte shown as \\xNN escapes (not UTF-8 text or control bytes); the ledger keeps the exact bytes]\n"
+    );
 }
 
 #[tokio::test]

@@ -11,7 +11,12 @@ async fn numbered_lines_like_cat_n() {
     fixture.write("a.txt", "one\ntwo\r\nthree");
     let output = fixture.call("read_file", json!({"path": "a.txt"})).await;
     assert_eq!(output.outcome, Outcome::Ok);
-    assert_eq!(output.content, "     1\tone\n     2\ttwo\n     3\tthree\n");
+    assert_eq!(
+        output.content,
+        "     1\tone\n     2\ttwo\n     3\tthree\n[keel: it has mixed line endings: 1 CRLF and 1 LF \
+         (shown without \\r); edit_file keeps each line's ending, so write `old` and `new` with \
+         plain \\n]\n"
+    );
 }
 
 #[tokio::test]
@@ -71,7 +76,10 @@ async fn invalid_utf8_is_made_safe() {
     std::fs::write(fixture.root.join("latin1.txt"), b"caf\xe9\n").unwrap();
     let output = fixture.call("read_file", json!({"path": "latin1.txt"})).await;
     assert_eq!(output.outcome, Outcome::Ok);
-    assert_eq!(output.content, "     1\tcaf\u{fffd}\n");
+    assert_eq!(
+        output.content,
+        "     1\tcaf\\xe9\n[keel: 1 byte shown as \\xNN escapes (not UTF-8 text or control bytes); the ledger keeps the exact bytes]\n"
+    );
 }
 
 #[tokio::test]
