@@ -225,6 +225,150 @@ fn exhausted(reason: String) -> BudgetVerdict {
 mod tests {
     use super::*;
 
+    // Boundary and arithmetic tables (issue #22): each guard and sum below is pinned by a
+    // value that one mutant of it would get wrong.
+
+    #[test]
+    fn is_limited_by_each_ceiling_alone() {
+        assert!(!Budget::default().is_limited());
+        let each = [
+            Budget { max_steps: Some(1), ..Budget::default() },
+            Budget { max_tokens: Some(1), ..Budget::default() },
+            Budget { max_cost_usd: Some(1.0), ..Budget::default() },
+            Budget { max_time: Some(Duration::from_secs(1)), ..Budget::default() },
+        ];
+        for budget in each {
+            assert!(budget.is_limited(), "{budget:?}");
+        }
+    }
+
+    #[test]
+    fn remaining_subtracts_each_ceiling_and_stops_at_zero() {
+        let budget = Budget {
+            max_steps: Some(10),
+            max_tokens: Some(1000),
+            max_cost_usd: Some(0.5),
+            max_time: Some(Duration::from_secs(60)),
+        };
+        let spent = Spent {
+            steps: 4,
+            tokens: 300,
+            cost_usd: 0.2,
+            elapsed: Duration::from_secs(15),
+            ..Spent::default()
+        };
+        let left = budget.remaining(&spent);
+        assert_eq!(left.max_steps, Some(6));
+        assert_eq!(left.max_tokens, Some(700));
+        assert!((left.max_cost_usd.unwrap() - 0.3).abs() < 1e-12, "{left:?}");
+        assert_eq!(left.max_time, Some(Duration::from_secs(45)));
+        let over = Spent {
+            steps: 11,
+            tokens: 2000,
+            cost_usd: 0.9,
+            elapsed: Duration::from_secs(90),
+            ..Spent::default()
+        };
+        let left = budget.remaining(&over);
+        assert_eq!(
+            (left.max_steps, left.max_tokens, left.max_cost_usd, left.max_time),
+            (Some(0), Some(0), Some(0.0), Some(Duration::ZERO))
+        );
+        assert_eq!(Budget::default().remaining(&spent), Budget::default());
+    }
+
+    #[test]
+    fn min_takes_the_tighter_ceiling_from_either_side() {
+        let a = Budget { max_steps: Some(5), max_tokens: Some(100), ..Budget::default() };
+        let b = Budget { max_steps: Some(3), max_cost_usd: Some(0.1), ..Budget::default() };
+        for (x, y) in [(a, b), (b, a)] {
+            let tight = x.min(&y);
+            assert_eq!(tight.max_steps, Some(3));
+            assert_eq!(tight.max_tokens, Some(100));
+            assert_eq!(tight.max_cost_usd, Some(0.1));
+            assert_eq!(tight.max_time, None);
+        }
+    }
+
+    #[test]
+    fn usage_tokens_sums_input_output_and_reasoning() {
+        let usage = Usage {
+            input_tokens: Some(3),
+            output_tokens: Some(5),
+            reasoning_tokens: Some(7),
+            cached_input_tokens: Some(2),
+        };
+        assert_eq!(usage_tokens(&usage), 15);
+        assert_eq!(usage_tokens(&Usage::default()), 0);
+    }
+
+    #[test]
+    fn effective_usage_fills_only_what_was_not_reported() {
+        let estimate =
+            Usage { input_tokens: Some(900), output_tokens: Some(40), ..Usage::default() };
+        let reported = Usage {
+            input_tokens: Some(1000),
+            output_tokens: Some(50),
+            reasoning_tokens: Some(9),
+            ..Usage::default()
+        };
+        assert_eq!(effective_usage(&reported, Some(&estimate)), reported);
+        let input_only = Usage { input_tokens: Some(1000), ..Usage::default() };
+        let charged = effective_usage(&input_only, Some(&estimate));
+        assert_eq!((charged.input_tokens, charged.output_tokens), (Some(1000), Some(40)));
+        let nothing = effective_usage(&Usage::default(), Some(&estimate));
+        assert_eq!((nothing.input_tokens, nothing.output_tokens), (Some(900), Some(40)));
+        assert_eq!(effective_usage(&Usage::default(), None), Usage::default());
+    }
+
+    #[test]
+    fn max_time_is_milliseconds_on_the_wire() {
+        let budget: Budget = serde_json::from_str(
+            r#"{"max_steps":null,"max_tokens":null,"max_cost_usd":null,"max_time":1500}"#,
+        )
+        .unwrap();
+        assert_eq!(budget.max_time, Some(Duration::from_millis(1500)));
+        let none: Budget = serde_json::from_str(
+            r#"{"max_steps":2,"max_tokens":null,"max_cost_usd":null,"max_time":null}"#,
+        )
+        .unwrap();
+        assert_eq!((none.max_steps, none.max_time), (Some(2), None));
+        assert_eq!(serde_json::to_value(budget).unwrap()["max_time"], 1500);
+    }
+
+    #[test]
+    fn no_prediction_before_a_step_was_measured() {
+        // Before the first step nothing was measured: a stale last-step figure never
+        // stops or shortens the run; only the spend itself does.
+        let tokens = Budget { max_tokens: Some(1000), ..Budget::default() };
+        assert_eq!(check_budget(&tokens, &spent(0, 500, 600)), BudgetVerdict::Continue);
+        let cost = Budget { max_cost_usd: Some(1.0), ..Budget::default() };
+        let paid = Spent { cost_usd: 0.5, last_step_cost_usd: 0.6, ..Spent::default() };
+        assert_eq!(check_budget(&cost, &paid), BudgetVerdict::Continue);
+        let time = Budget { max_time: Some(Duration::from_secs(10)), ..Budget::default() };
+        let waited = Spent {
+            elapsed: Duration::from_secs(5),
+            last_step_elapsed: Duration::from_secs(6),
+            ..Spent::default()
+        };
+        assert_eq!(check_budget(&time, &waited), BudgetVerdict::Continue);
+        // The same figures after one measured step stop the run.
+        assert!(matches!(
+            check_budget(&tokens, &spent(1, 500, 600)),
+            BudgetVerdict::Exhausted { .. }
+        ));
+        let paid = Spent { steps: 1, ..paid };
+        assert!(matches!(check_budget(&cost, &paid), BudgetVerdict::Exhausted { .. }));
+        let waited = Spent { steps: 1, ..waited };
+        assert!(matches!(check_budget(&time, &waited), BudgetVerdict::Exhausted { .. }));
+        // One more fits, two do not: the last step (tools off).
+        assert!(matches!(
+            check_budget(&tokens, &spent(1, 500, 300)),
+            BudgetVerdict::LastStep { .. }
+        ));
+        assert!(matches!(check_budget(&tokens, &spent(0, 500, 300)), BudgetVerdict::Continue));
+    }
+
     fn spent(steps: u32, tokens: u64, last: u64) -> Spent {
         Spent { steps, tokens, last_step_tokens: last, ..Spent::default() }
     }
