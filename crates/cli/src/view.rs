@@ -413,7 +413,7 @@ impl View {
         out.push(progress(format!("  {mark} {} {summary} · {result}{timing}", paint.bold(&name))));
         match outcome {
             Outcome::Ok if failed_exit.is_some() => {
-                let output = content.rsplit_once('\n').map_or("", |(head, _)| head);
+                let output = command_output(content);
                 for line in block(output, FAILING_TAIL_LINES, MAX_LINE_CHARS, true) {
                     out.push(progress(format!("    {} {line}", paint.dim("│"))));
                 }
@@ -469,8 +469,25 @@ pub(crate) fn summary(tool: &str, arguments: &serde_json::Value) -> String {
 }
 
 /// `exit 1` (or `killed by signal 9`) when a command's result says it did not succeed.
+/// A command result's output without its status line and keel's trailing notes.
+fn command_output(content: &str) -> &str {
+    let mut output = content.trim_end();
+    while let Some((head, last)) = output.rsplit_once('\n') {
+        let status = last.starts_with("[exit code ") || last.starts_with("[killed by signal ");
+        output = head;
+        if status {
+            break;
+        }
+        if !last.starts_with("[keel: ") {
+            return content.trim_end();
+        }
+    }
+    output
+}
+
 fn command_failure(content: &str) -> Option<String> {
-    let last = content.trim_end().rsplit('\n').next()?;
+    // keel's own note on escaped bytes may follow the status line.
+    let last = content.trim_end().rsplit('\n').find(|line| !line.starts_with("[keel: "))?;
     if let Some(code) = last.strip_prefix("[exit code ").and_then(|s| s.strip_suffix(']')) {
         return (code != "0").then(|| format!("exit {}", one_line(code, 12)));
     }

@@ -90,7 +90,7 @@ fn a_run_shows_one_line_per_call_and_its_log_reads_the_same() {
             │ [stderr]
             │ FAIL: test_four
           ✗ write_file /etc/keel-terminal-test · refused: approval=sandboxed: write_file writes outside the workspace, and no terminal to ask
-        ✓ completed · ~13,854 in / ~97 out tokens (13,951 estimated) · 5 model calls · cost unknown · <T>"#]]
+        ✓ completed · ~14,815 in / ~97 out tokens (14,912 estimated) · 5 model calls · cost unknown · <T>"#]]
     .assert_eq(&redact(&err, &names));
 
     // Replay: `keel log` is the same projection, with the answer where it was given.
@@ -569,7 +569,8 @@ fn redteam_terminal_the_binary_shows_no_raw_escape_from_model_files_or_output() 
     }
     assert!(log.contains("  plan\\x1b[2J\\x1b]0;owned\\x07"), "{log}");
     assert!(log.contains("✓ write_file x\\x1b[8m\\u{202e}gpj.exe · ok"), "{log}");
-    assert!(log.contains("│ ok\\r\\x1b[2Kfake ✓ completed"), "{log}");
+    // The model got the bytes escaped (`\x0d` for the CR); the terminal shows that text.
+    assert!(log.contains("│ ok\\x0d\\x1b[2Kfake ✓ completed"), "{log}");
     assert!(log.contains("│ \\x1b]52;c;ZXZpbA==\\x07"), "{log}");
     assert!(log.contains("  done\\x1b[31m red \\u{9b}2J café 日本 🚀"), "{log}");
     // The file was written under its real name, and the piped answer and the JSON log

@@ -128,6 +128,10 @@ impl PlantGuard {
         let notes = repair(&self.note);
         if let Some(path) = &self.note_path {
             let _ = std::fs::remove_file(path);
+            // The notes folder goes when it is empty (another run's note keeps it).
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
         }
         notes
     }
@@ -175,6 +179,7 @@ pub(crate) fn recover(workspace: &Path) -> Vec<String> {
         notes.extend(repair(&note));
         let _ = std::fs::remove_file(&path);
     }
+    let _ = std::fs::remove_dir(&dir);
     notes
 }
 
