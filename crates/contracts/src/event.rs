@@ -366,6 +366,30 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "RequestPurpose::is_conversation")]
         purpose: RequestPurpose,
     },
+    /// A model request failed and the provider client is about to send it again: recorded
+    /// before the next attempt's response, so the ledger shows every retry, in order, before
+    /// the step's `model_response` (or the run's failure). Whatever the failed attempt
+    /// streamed is discarded; only the final response counts.
+    ModelRetry {
+        /// The step of the request being retried (as in its `model_requested`).
+        step: u32,
+        /// The attempt about to be made: 2 for the first retry.
+        attempt: u32,
+        /// The failed attempt's HTTP status, when there was one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+        /// The kind of failure (`rate_limited`, `overloaded`, `server`, `transport`, `stream`).
+        error: String,
+        /// The provider's message (or the client's), never a secret.
+        #[serde(default)]
+        message: String,
+        /// The wait chosen before the next attempt, in milliseconds (`Retry-After`, capped,
+        /// when the server sent one; otherwise backoff with jitter).
+        wait_ms: u64,
+        /// What the request was for; absent on the wire for a conversation step.
+        #[serde(default, skip_serializing_if = "RequestPurpose::is_conversation")]
+        purpose: RequestPurpose,
+    },
     /// A budget ceiling was reached or is one step away (DESIGN.md §4).
     BudgetExhausted {
         /// Which ceiling, with figures; starts with "stopped early".
@@ -560,6 +584,7 @@ impl EventKind {
             EventKind::RunComposition { .. } => "run_composition",
             EventKind::ModelRequested { .. } => "model_requested",
             EventKind::ModelResponse { .. } => "model_response",
+            EventKind::ModelRetry { .. } => "model_retry",
             EventKind::BudgetExhausted { .. } => "budget_exhausted",
             EventKind::Compaction { .. } => "compaction",
             EventKind::CompactionFailed { .. } => "compaction_failed",
@@ -600,6 +625,7 @@ impl EventKind {
             | EventKind::RunComposition { .. }
             | EventKind::ModelRequested { .. }
             | EventKind::ModelResponse { .. }
+            | EventKind::ModelRetry { .. }
             | EventKind::BudgetExhausted { .. }
             | EventKind::Compaction { .. }
             | EventKind::CompactionFailed { .. }

@@ -51,7 +51,7 @@ pub use event::{
 pub use fence::{NEUTRALISED_MARKER, UNTRUSTED_POLICY, fence_untrusted, neutralise_markers};
 pub use ids::{AttemptId, RunId, Seq, SessionId, ToolCallId, TurnId};
 pub use message::{
-    FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, RequestPurpose, StreamDelta,
+    FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, RequestPurpose, RetryNotice, StreamDelta,
     ToolCall, ToolChoice, ToolDefinition, Usage,
 };
 pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};

@@ -302,7 +302,7 @@ impl ModelClient for AnthropicMessages {
         )?;
         let body = Bytes::from(body);
         let mut jitter = Jitter::from_entropy();
-        with_retries(&self.config.retry, &mut jitter, |_n_retries| {
+        with_retries(&self.config.retry, &mut jitter, on_delta, |_n_retries| {
             self.attempt(body.clone(), on_delta)
         })
         .await
