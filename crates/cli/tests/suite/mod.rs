@@ -1,4 +1,5 @@
 mod budgets_e2e;
+mod budgets_wire_e2e;
 mod cli_surface;
 mod context_e2e;
 mod crash;
