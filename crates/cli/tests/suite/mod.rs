@@ -10,6 +10,7 @@ mod outbox_e2e;
 mod postgres_e2e;
 mod providers_e2e;
 mod redteam_trust;
+mod retries_e2e;
 mod seal;
 mod support;
 mod terminal_e2e;
