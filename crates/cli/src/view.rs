@@ -632,7 +632,7 @@ pub(crate) fn duration_text(millis: u128) -> String {
 
 /// A retry's wait: `250ms`, `4s` for whole seconds, else as [`duration_text`].
 fn wait_text(millis: u64) -> String {
-    if millis >= 1000 && millis % 1000 == 0 && millis < 60_000 {
+    if millis >= 1000 && millis.is_multiple_of(1000) && millis < 60_000 {
         format!("{}s", millis / 1000)
     } else {
         duration_text(u128::from(millis))

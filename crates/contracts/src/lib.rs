@@ -51,8 +51,8 @@ pub use event::{
 pub use fence::{NEUTRALISED_MARKER, UNTRUSTED_POLICY, fence_untrusted, neutralise_markers};
 pub use ids::{AttemptId, RunId, Seq, SessionId, ToolCallId, TurnId};
 pub use message::{
-    FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, RequestPurpose, RetryNotice, StreamDelta,
-    ToolCall, ToolChoice, ToolDefinition, Usage,
+    FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, RequestPurpose, RetryNotice,
+    StreamDelta, ToolCall, ToolChoice, ToolDefinition, Usage,
 };
 pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};
 pub use pricing::{Price, cost_usd};

@@ -157,7 +157,8 @@ impl ModelClient for OpenAiResponses {
     /// The model is `request.model`, or [`OpenAiConfig::model`] when that is empty.
     /// `on_delta` sees the deltas of every attempt as they arrive; when an attempt fails
     /// part-way and is retried, what it showed is superseded by the next attempt, and only
-    /// the returned response counts.
+    /// the returned response counts. Before each retry's wait, `on_delta` receives
+    /// [`StreamDelta::Retrying`] (attempt, status, error kind, the wait chosen).
     ///
     /// # Errors
     ///

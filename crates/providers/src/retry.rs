@@ -318,12 +318,13 @@ mod tests {
         ] {
             let calls = Cell::new(0u32);
             let start = Instant::now();
-            let result: Result<(), _> = with_retries(&policy(3), &mut Jitter::new(3), &ignore, |_| {
-                calls.set(calls.get() + 1);
-                let kind = kind.clone();
-                async move { Err(failure(kind, None)) }
-            })
-            .await;
+            let result: Result<(), _> =
+                with_retries(&policy(3), &mut Jitter::new(3), &ignore, |_| {
+                    calls.set(calls.get() + 1);
+                    let kind = kind.clone();
+                    async move { Err(failure(kind, None)) }
+                })
+                .await;
             assert_eq!(result.map_err(|error| error.kind), Err(kind));
             assert_eq!(calls.get(), 1);
             assert_eq!(start.elapsed(), Duration::ZERO);

@@ -462,4 +462,3 @@ async fn issue_12_budgets_stop_openai_responses_with_usage_reported_and_missing(
 async fn issue_12_budgets_stop_anthropic_messages_with_usage_reported_and_missing() {
     wire_cases(Wire::Messages).await;
 }
-

@@ -190,7 +190,11 @@ async fn issue_12_a_503_retry_is_in_json_and_on_the_terminal_once_with_the_answe
     assert_eq!(err.matches("↻ retry 2 after 503, waiting 1s").count(), 1, "{err}");
     assert_eq!(err.matches("↻ retry 3 after 500, waiting ").count(), 1, "{err}");
     assert_eq!(err.matches("↻").count(), 2, "{err}");
-    assert_eq!(format!("{out}{err}").matches("The answer").count(), 1, "stdout {out}\nstderr {err}");
+    assert_eq!(
+        format!("{out}{err}").matches("The answer").count(),
+        1,
+        "stdout {out}\nstderr {err}"
+    );
 }
 
 /// The `keel log` lines of the session that matter here: retry lines as they are, the
@@ -274,9 +278,6 @@ async fn issue_12_keel_log_shows_summaries_retries_and_estimated_usage_distinctl
     // The verbose trace names each distinctly too.
     let verbose = keel(&env, vec!["log".into(), session, "-v".into()]).await;
     let verbose = format!("{}{}", stdout(&verbose), stderr(&verbose));
-    assert!(
-        verbose.contains("step 1: retry, attempt 2 after HTTP 503, overloaded: "),
-        "{verbose}"
-    );
+    assert!(verbose.contains("step 1: retry, attempt 2 after HTTP 503, overloaded: "), "{verbose}");
     assert!(verbose.contains("waiting 1000 ms"), "{verbose}");
 }

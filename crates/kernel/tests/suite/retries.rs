@@ -143,13 +143,17 @@ async fn issue_12_a_retry_is_durable_while_the_client_waits() {
         }
     );
     assert!(matches!(kinds[retry_at - 1], EventKind::ModelRequested { step: 1, .. }));
-    assert!(matches!(&kinds[retry_at + 1], EventKind::ModelResponse { text, .. } if text == "kept"));
+    assert!(
+        matches!(&kinds[retry_at + 1], EventKind::ModelResponse { text, .. } if text == "kept")
+    );
 }
 
 #[tokio::test]
 async fn issue_12_retries_before_a_failure_are_recorded_before_run_failed() {
     let (outcome, kinds, durable) = run_retrying(true).await;
-    assert!(matches!(outcome, TurnOutcome::Failed { ref reason } if reason.contains("still overloaded")));
+    assert!(
+        matches!(outcome, TurnOutcome::Failed { ref reason } if reason.contains("still overloaded"))
+    );
     assert_eq!(durable, Some(true));
     let names: Vec<&str> = kinds.iter().map(EventKind::name).collect();
     assert_eq!(
