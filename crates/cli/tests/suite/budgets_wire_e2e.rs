@@ -329,7 +329,7 @@ fn charged_tokens(response: &Value) -> u64 {
 async fn case(wire: Wire, kind: Kind, usage: bool) {
     let label = format!("{wire:?} {kind:?} usage={usage}");
     let delay = match kind {
-        Kind::Time(_) => Duration::from_millis(1000),
+        Kind::Time(_) => TIME_STEP,
         Kind::Steps | Kind::Tokens(_) | Kind::Cost(_) => Duration::ZERO,
     };
     let server = Server { wire, usage, delay, seen: Arc::default() };
@@ -434,8 +434,13 @@ async fn case(wire: Wire, kind: Kind, usage: bool) {
 /// steps and the report, with ~1,000 tokens of margin either side of the prediction.
 fn kinds(usage: bool) -> [Kind; 4] {
     let (tokens, cost) = if usage { (2_750, 0.003) } else { (TOKENS_ESTIMATED, COST_ESTIMATED) };
-    [Kind::Steps, Kind::Tokens(tokens), Kind::Cost(cost), Kind::Time(Duration::from_millis(2500))]
+    [Kind::Steps, Kind::Tokens(tokens), Kind::Cost(cost), Kind::Time(TIME_STEP * 5 / 2)]
 }
+
+/// How long the server takes to answer a tools-on step in the time cases. A ceiling of
+/// 2.5 steps makes the second step the tools-off report (answered at once), with a quarter
+/// of a step of slack either way for a loaded machine.
+const TIME_STEP: Duration = Duration::from_millis(1500);
 
 const TOKENS_ESTIMATED: u64 = 9_500;
 const COST_ESTIMATED: f64 = 0.0095;
