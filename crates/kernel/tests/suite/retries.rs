@@ -162,3 +162,85 @@ async fn issue_12_retries_before_a_failure_are_recorded_before_run_failed() {
         "{names:?}"
     );
 }
+
+/// A scripted model whose summary (compaction) requests are retried once before they
+/// are answered.
+#[derive(Debug)]
+struct RetryOnSummary(keel_testkit::ScriptedModel);
+
+#[async_trait]
+impl ModelClient for RetryOnSummary {
+    fn info(&self) -> ModelInfo {
+        self.0.info()
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        on_delta: &(dyn Fn(StreamDelta) + Send + Sync),
+    ) -> Result<ModelResponse, ModelError> {
+        if request.purpose == keel_contracts::RequestPurpose::Compaction {
+            on_delta(StreamDelta::Retrying(RetryNotice {
+                attempt: 2,
+                status: Some(529),
+                error: "overloaded".into(),
+                message: "Overloaded".into(),
+                wait: Duration::from_millis(1),
+            }));
+        }
+        self.0.complete(request, on_delta).await
+    }
+}
+
+#[tokio::test]
+async fn issue_12_a_summary_call_s_retries_are_recorded_with_its_purpose() {
+    use keel_contracts::RequestPurpose;
+    let mut harness = Harness::new();
+    harness.extra_tools.push(super::support::Emit::tool());
+    harness.context = keel_contracts::ContextPolicy::for_window(Some(5000));
+    let mut steps = String::new();
+    for step in 0..40 {
+        steps.push_str(&format!(
+            r#"{{"text":"step {step}","tool_calls":[{{"name":"emit","arguments":{{"bytes":3000}}}}]}},"#
+        ));
+    }
+    let script = format!(r#"{{"steps":[{steps}{{"text":"done"}}],"compaction":"Summary."}}"#);
+    let model = keel_testkit::ScriptedModel::new(serde_json::from_str(&script).unwrap(), "s");
+    let kernel = harness.kernel_with(Arc::new(RetryOnSummary(model)));
+    let session = harness.session(&kernel).await;
+    let report = kernel
+        .run_turn(session, "emit", &harness.run_config(), &Cancellation::new())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() });
+    let kinds: Vec<EventKind> = harness.events(session).await.into_iter().map(|e| e.kind).collect();
+    let retries: Vec<usize> = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| matches!(k, EventKind::ModelRetry { .. }))
+        .map(|(idx, _)| idx)
+        .collect();
+    assert!(!retries.is_empty(), "the run compacted and its summary call was retried");
+    for idx in retries {
+        assert!(
+            matches!(
+                kinds[idx],
+                EventKind::ModelRetry {
+                    purpose: RequestPurpose::Compaction,
+                    status: Some(529),
+                    ..
+                }
+            ),
+            "{:?}",
+            kinds[idx]
+        );
+        assert!(matches!(
+            kinds[idx - 1],
+            EventKind::ModelRequested { purpose: RequestPurpose::Compaction, .. }
+        ));
+        assert!(matches!(
+            kinds[idx + 1],
+            EventKind::ModelResponse { purpose: RequestPurpose::Compaction, .. }
+        ));
+    }
+}
