@@ -699,4 +699,39 @@ mod tests {
         assert_eq!(json["raw_usage"], raw);
         assert_eq!(serde_json::from_value::<EventKind>(json).unwrap(), kind);
     }
+
+    #[test]
+    fn model_retry_wire_shape() {
+        let kind = EventKind::ModelRetry {
+            step: 3,
+            attempt: 2,
+            status: Some(429),
+            error: "rate_limited".into(),
+            message: "slow down".into(),
+            wait_ms: 4000,
+            purpose: RequestPurpose::Conversation,
+        };
+        let json = serde_json::to_value(&kind).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"kind": "model_retry", "step": 3, "attempt": 2, "status": 429,
+                "error": "rate_limited", "message": "slow down", "wait_ms": 4000})
+        );
+        assert_eq!(serde_json::from_value::<EventKind>(json).unwrap(), kind);
+        assert_eq!(kind.name(), "model_retry");
+        assert!(!kind.is_run_terminal());
+        let summary = EventKind::ModelRetry {
+            step: 1,
+            attempt: 3,
+            status: None,
+            error: "transport".into(),
+            message: String::new(),
+            wait_ms: 250,
+            purpose: RequestPurpose::Compaction,
+        };
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(json["purpose"], "compaction");
+        assert!(json.get("status").is_none());
+        assert_eq!(serde_json::from_value::<EventKind>(json).unwrap(), summary);
+    }
 }
