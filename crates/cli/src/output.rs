@@ -318,6 +318,15 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
             carried.inputs.len(),
             carried.files.len()
         ),
+        EventKind::ModelRetry { step, attempt, status, error, message, wait_ms, purpose } => {
+            let status = status.map(|s| format!("HTTP {s}, ")).unwrap_or_default();
+            let call = if purpose.is_conversation() { "" } else { " (compaction summary)" };
+            format!(
+                "#{seq} step {step}: retry, attempt {attempt} after {status}{error}: {}; \
+                 waiting {wait_ms} ms{call}",
+                crate::terminal::one_line(message, 160)
+            )
+        }
         EventKind::CompactionFailed { reason, attempts } => {
             format!("#{seq} compaction failed after {attempts} attempts: {reason}; not compacted")
         }

@@ -193,6 +193,23 @@ impl View {
                     "summarising earlier conversation for compaction".to_owned()
                 });
             }
+            // A failed attempt the provider client retries. The live view never echoes
+            // streamed text (the answer is printed once, from the final `model_response`),
+            // so nothing the failed attempt streamed is shown twice; the line says why the
+            // wait happens.
+            EventKind::ModelRetry { attempt, status, error, wait_ms, purpose, .. } => {
+                let cause = match status {
+                    Some(status) => status.to_string(),
+                    None => one_line(error, 40),
+                };
+                let call = if purpose.is_conversation() { "" } else { " (compaction summary)" };
+                out.push(progress(format!(
+                    "  {} retry {attempt} after {cause}, waiting {}{call}",
+                    paint.yellow("↻"),
+                    wait_text(*wait_ms)
+                )));
+                self.activity = Some(format!("retrying (attempt {attempt}) after {cause}"));
+            }
             // keel's own call: a summary for compaction, charged like any call, never an answer.
             EventKind::ModelResponse {
                 text,
@@ -627,6 +644,15 @@ pub(crate) fn duration_text(millis: u128) -> String {
     } else {
         let seconds = millis / 1000;
         format!("{}m{:02}s", seconds / 60, seconds % 60)
+    }
+}
+
+/// A retry's wait: `250ms`, `4s` for whole seconds, else as [`duration_text`].
+fn wait_text(millis: u64) -> String {
+    if millis >= 1000 && millis.is_multiple_of(1000) && millis < 60_000 {
+        format!("{}s", millis / 1000)
+    } else {
+        duration_text(u128::from(millis))
     }
 }
 

@@ -372,6 +372,30 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "RequestPurpose::is_conversation")]
         purpose: RequestPurpose,
     },
+    /// A model request failed and the provider client is about to send it again: recorded
+    /// before the next attempt's response, so the ledger shows every retry, in order, before
+    /// the step's `model_response` (or the run's failure). Whatever the failed attempt
+    /// streamed is discarded; only the final response counts.
+    ModelRetry {
+        /// The step of the request being retried (as in its `model_requested`).
+        step: u32,
+        /// The attempt about to be made: 2 for the first retry.
+        attempt: u32,
+        /// The failed attempt's HTTP status, when there was one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+        /// The kind of failure (`rate_limited`, `overloaded`, `server`, `transport`, `stream`).
+        error: String,
+        /// The provider's message (or the client's), never a secret.
+        #[serde(default)]
+        message: String,
+        /// The wait chosen before the next attempt, in milliseconds (`Retry-After`, capped,
+        /// when the server sent one; otherwise backoff with jitter).
+        wait_ms: u64,
+        /// What the request was for; absent on the wire for a conversation step.
+        #[serde(default, skip_serializing_if = "RequestPurpose::is_conversation")]
+        purpose: RequestPurpose,
+    },
     /// A budget ceiling was reached or is one step away (DESIGN.md §4).
     BudgetExhausted {
         /// Which ceiling, with figures; starts with "stopped early".
@@ -570,6 +594,7 @@ impl EventKind {
             EventKind::RunComposition { .. } => "run_composition",
             EventKind::ModelRequested { .. } => "model_requested",
             EventKind::ModelResponse { .. } => "model_response",
+            EventKind::ModelRetry { .. } => "model_retry",
             EventKind::BudgetExhausted { .. } => "budget_exhausted",
             EventKind::Compaction { .. } => "compaction",
             EventKind::CompactionFailed { .. } => "compaction_failed",
@@ -610,6 +635,7 @@ impl EventKind {
             | EventKind::RunComposition { .. }
             | EventKind::ModelRequested { .. }
             | EventKind::ModelResponse { .. }
+            | EventKind::ModelRetry { .. }
             | EventKind::BudgetExhausted { .. }
             | EventKind::Compaction { .. }
             | EventKind::CompactionFailed { .. }
@@ -683,5 +709,40 @@ mod tests {
         let json = serde_json::to_value(&kind).unwrap();
         assert_eq!(json["raw_usage"], raw);
         assert_eq!(serde_json::from_value::<EventKind>(json).unwrap(), kind);
+    }
+
+    #[test]
+    fn model_retry_wire_shape() {
+        let kind = EventKind::ModelRetry {
+            step: 3,
+            attempt: 2,
+            status: Some(429),
+            error: "rate_limited".into(),
+            message: "slow down".into(),
+            wait_ms: 4000,
+            purpose: RequestPurpose::Conversation,
+        };
+        let json = serde_json::to_value(&kind).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"kind": "model_retry", "step": 3, "attempt": 2, "status": 429,
+                "error": "rate_limited", "message": "slow down", "wait_ms": 4000})
+        );
+        assert_eq!(serde_json::from_value::<EventKind>(json).unwrap(), kind);
+        assert_eq!(kind.name(), "model_retry");
+        assert!(!kind.is_run_terminal());
+        let summary = EventKind::ModelRetry {
+            step: 1,
+            attempt: 3,
+            status: None,
+            error: "transport".into(),
+            message: String::new(),
+            wait_ms: 250,
+            purpose: RequestPurpose::Compaction,
+        };
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(json["purpose"], "compaction");
+        assert!(json.get("status").is_none());
+        assert_eq!(serde_json::from_value::<EventKind>(json).unwrap(), summary);
     }
 }

@@ -59,8 +59,8 @@ pub use fence::{
 };
 pub use ids::{AttemptId, RunId, Seq, SessionId, ToolCallId, TurnId};
 pub use message::{
-    FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, RequestPurpose, StreamDelta,
-    ToolCall, ToolChoice, ToolDefinition, Usage,
+    FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, RequestPurpose, RetryNotice,
+    StreamDelta, ToolCall, ToolChoice, ToolDefinition, Usage,
 };
 pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};
 pub use pricing::{Price, cost_usd};

@@ -251,6 +251,26 @@ pub enum StreamDelta {
         /// The tool's name.
         name: String,
     },
+    /// The attempt failed and the client will send the request again after a wait: what
+    /// was streamed so far is void (the next attempt streams from the start). Sent once per
+    /// retry, before the wait.
+    Retrying(RetryNotice),
+}
+
+/// A retry a [`crate::ModelClient`] is about to make, as it reports it through
+/// [`StreamDelta::Retrying`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryNotice {
+    /// The attempt about to be made: 2 for the first retry.
+    pub attempt: u32,
+    /// The failed attempt's HTTP status, when there was one.
+    pub status: Option<u16>,
+    /// The kind of failure, as [`crate::ModelErrorKind::as_str`] spells it.
+    pub error: String,
+    /// The failed attempt's message.
+    pub message: String,
+    /// The wait before the next attempt.
+    pub wait: std::time::Duration,
 }
 
 #[cfg(test)]

@@ -51,6 +51,26 @@ pub enum ModelErrorKind {
     Script,
 }
 
+impl ModelErrorKind {
+    /// A stable snake_case name for the kind (`rate_limited`, `server`, ...), as recorded in
+    /// `model_retry.error`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ModelErrorKind::Auth => "auth",
+            ModelErrorKind::RateLimited { .. } => "rate_limited",
+            ModelErrorKind::QuotaExhausted => "quota_exhausted",
+            ModelErrorKind::Overloaded => "overloaded",
+            ModelErrorKind::ContextTooLong => "context_too_long",
+            ModelErrorKind::InvalidRequest => "invalid_request",
+            ModelErrorKind::Server => "server",
+            ModelErrorKind::Transport => "transport",
+            ModelErrorKind::Stream => "stream",
+            ModelErrorKind::InvalidResponse => "invalid_response",
+            ModelErrorKind::Script => "script",
+        }
+    }
+}
+
 /// A provider failure, with the provider's own message (never a secret).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -92,6 +112,9 @@ pub trait ModelClient: Send + Sync + Debug {
     ///
     /// Implementations retry retryable failures a bounded number of times themselves; a
     /// stream that fails part-way is retried whole and its partial content is discarded.
+    /// Before waiting to retry, an implementation calls `on_delta` with
+    /// [`StreamDelta::Retrying`], so the caller can record the retry and discard what the
+    /// failed attempt streamed.
     ///
     /// # Errors
     ///

@@ -174,9 +174,22 @@ impl Kernel {
                         },
                     )
                     .await?;
-                let response = tokio::select! {
-                    response = self.deps.model.complete(&request, &|_| {}) => response,
-                    () = cancel.cancelled() => return Ok((Compacted::Not, spent)),
+                let site = crate::model_call::CallSite {
+                    ids,
+                    step: call.step,
+                    purpose: RequestPurpose::Compaction,
+                };
+                let answer = crate::model_call::call_model(
+                    self.deps.model.as_ref(),
+                    ledger,
+                    &site,
+                    &request,
+                    &|_| {},
+                    cancel,
+                )
+                .await?;
+                let Some(response) = answer else {
+                    return Ok((Compacted::Not, spent));
                 };
                 match response {
                     Ok(response) => {

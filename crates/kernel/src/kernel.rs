@@ -17,6 +17,7 @@ pub use crate::config::{
 use crate::context::{self, Window};
 use crate::failpoint::{Failpoint, Failpoints, NoFailpoints};
 use crate::ledger::Ledger;
+use crate::model_call::{CallSite, call_model};
 use crate::registry::Registry;
 use crate::settlement::{CallPolicy, CallState, Settled};
 use crate::{Cancellation, KernelError, Result, recovery};
@@ -554,13 +555,20 @@ impl Kernel {
             let estimated_tokens = fitted.tokens;
             let observer = self.deps.observer.clone();
             let on_delta = move |delta: StreamDelta| observer.on_delta(&delta);
-            let response = tokio::select! {
-                response = self.deps.model.complete(&request, &on_delta) => response,
-                () = cancel.cancelled() => {
-                    break TurnOutcome::Cancelled {
-                        reason: "cancelled by the user while the model was answering".into(),
-                    };
-                }
+            let site = CallSite { ids: (turn, run), step, purpose: RequestPurpose::Conversation };
+            let answer = call_model(
+                self.deps.model.as_ref(),
+                &mut ledger,
+                &site,
+                &request,
+                &on_delta,
+                cancel,
+            )
+            .await?;
+            let Some(response) = answer else {
+                break TurnOutcome::Cancelled {
+                    reason: "cancelled by the user while the model was answering".into(),
+                };
             };
             let response = match response {
                 Ok(response) => response,

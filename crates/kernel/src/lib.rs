@@ -29,6 +29,7 @@ mod intrinsic;
 mod kernel;
 mod lease;
 mod ledger;
+mod model_call;
 mod outbox;
 mod permission;
 pub mod projection;

@@ -127,6 +127,7 @@ pub fn entries(events: &[RuntimeEvent], inline_limit: Option<usize>) -> Vec<Entr
             | EventKind::RunStarted { .. }
             | EventKind::RunComposition { .. }
             | EventKind::ModelRequested { .. }
+            | EventKind::ModelRetry { .. }
             | EventKind::GateDecision { .. }
             | EventKind::PermissionRequested { .. }
             | EventKind::PermissionSettled { .. }

@@ -262,7 +262,8 @@ impl ModelClient for AnthropicMessages {
     /// The model is `request.model`, or [`AnthropicConfig::model`] when that is empty.
     /// `on_delta` sees the deltas of every attempt as they arrive; when an attempt fails
     /// part-way and is retried, what it showed is superseded by the next attempt, and only
-    /// the returned response counts.
+    /// the returned response counts. Before each retry's wait, `on_delta` receives
+    /// [`StreamDelta::Retrying`] (attempt, status, error kind, the wait chosen).
     ///
     /// # Errors
     ///
@@ -302,7 +303,7 @@ impl ModelClient for AnthropicMessages {
         )?;
         let body = Bytes::from(body);
         let mut jitter = Jitter::from_entropy();
-        with_retries(&self.config.retry, &mut jitter, |_n_retries| {
+        with_retries(&self.config.retry, &mut jitter, on_delta, |_n_retries| {
             self.attempt(body.clone(), on_delta)
         })
         .await

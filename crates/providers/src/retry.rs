@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use keel_contracts::ModelError;
+use keel_contracts::{ModelError, RetryNotice, StreamDelta};
 
 /// How a client retries a failed model request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +116,10 @@ impl Jitter {
 
 /// Runs `attempt` until it succeeds, fails with an error that is not retryable, or has been
 /// retried `policy.max_retries` times; sleeps between attempts as [`RetryPolicy::delay`]
-/// says. `attempt` receives the number of retries done so far.
+/// says. `attempt` receives the number of retries done so far. Before each wait, `on_delta`
+/// hears of the retry as a [`StreamDelta::Retrying`] (attempt number, status, error kind and
+/// the wait chosen), so the caller can record it and discard what the failed attempt
+/// streamed.
 ///
 /// # Errors
 ///
@@ -129,6 +132,7 @@ impl Jitter {
 pub(crate) async fn with_retries<T, F, Fut>(
     policy: &RetryPolicy,
     jitter: &mut Jitter,
+    on_delta: &(dyn Fn(StreamDelta) + Send + Sync),
     mut attempt: F,
 ) -> Result<T, ModelError>
 where
@@ -152,6 +156,13 @@ where
                     delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
                     "model request failed, retrying"
                 );
+                on_delta(StreamDelta::Retrying(RetryNotice {
+                    attempt: n_retries + 2,
+                    status: failure.error.status,
+                    error: failure.error.kind.as_str().to_owned(),
+                    message: failure.error.message.clone(),
+                    wait: delay,
+                }));
                 tokio::time::sleep(delay).await;
                 n_retries += 1;
             }
@@ -176,6 +187,8 @@ mod tests {
             max_retry_after: Duration::from_secs(20),
         }
     }
+
+    fn ignore(_delta: StreamDelta) {}
 
     fn failure(kind: ModelErrorKind, retry_after: Option<Duration>) -> Failure {
         Failure { error: ModelError::new(kind, None, "x"), retry_after }
@@ -229,7 +242,7 @@ mod tests {
     async fn retries_retryable_failures_then_succeeds() {
         let calls = Cell::new(0u32);
         let start = Instant::now();
-        let result = with_retries(&policy(3), &mut Jitter::new(3), |n_retries| {
+        let result = with_retries(&policy(3), &mut Jitter::new(3), &ignore, |n_retries| {
             calls.set(calls.get() + 1);
             async move {
                 if n_retries < 2 {
@@ -254,7 +267,9 @@ mod tests {
     async fn honours_retry_after() {
         let start = Instant::now();
         let calls = Cell::new(0u32);
-        let result = with_retries(&policy(3), &mut Jitter::new(3), |n_retries| {
+        let notices = std::sync::Mutex::new(Vec::new());
+        let on_delta = |delta: StreamDelta| notices.lock().unwrap().push(delta);
+        let result = with_retries(&policy(3), &mut Jitter::new(3), &on_delta, |n_retries| {
             calls.set(calls.get() + 1);
             async move {
                 if n_retries == 0 {
@@ -269,12 +284,22 @@ mod tests {
         assert_eq!(result, Ok(()));
         assert_eq!(calls.get(), 2);
         assert_eq!(start.elapsed(), Duration::from_secs(7));
+        assert_eq!(
+            notices.into_inner().unwrap(),
+            vec![StreamDelta::Retrying(RetryNotice {
+                attempt: 2,
+                status: None,
+                error: "rate_limited".into(),
+                message: "x".into(),
+                wait: Duration::from_secs(7),
+            })]
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn stops_after_max_retries_with_the_last_error() {
         let calls = Cell::new(0u32);
-        let result: Result<(), _> = with_retries(&policy(2), &mut Jitter::new(3), |_| {
+        let result: Result<(), _> = with_retries(&policy(2), &mut Jitter::new(3), &ignore, |_| {
             calls.set(calls.get() + 1);
             async { Err(failure(ModelErrorKind::Server, None)) }
         })
@@ -293,12 +318,13 @@ mod tests {
         ] {
             let calls = Cell::new(0u32);
             let start = Instant::now();
-            let result: Result<(), _> = with_retries(&policy(3), &mut Jitter::new(3), |_| {
-                calls.set(calls.get() + 1);
-                let kind = kind.clone();
-                async move { Err(failure(kind, None)) }
-            })
-            .await;
+            let result: Result<(), _> =
+                with_retries(&policy(3), &mut Jitter::new(3), &ignore, |_| {
+                    calls.set(calls.get() + 1);
+                    let kind = kind.clone();
+                    async move { Err(failure(kind, None)) }
+                })
+                .await;
             assert_eq!(result.map_err(|error| error.kind), Err(kind));
             assert_eq!(calls.get(), 1);
             assert_eq!(start.elapsed(), Duration::ZERO);

@@ -2,7 +2,11 @@
 //! demos and tests that goes through the whole loop like any provider.
 //!
 //! The script is JSON: `{"steps": [{"text"?, "tool_calls"?: [{"name", "arguments", "id"?}],
-//! "usage"?: {"input_tokens", "output_tokens"}, "expect"?: {"last_outcomes"?, "contains"?}}]}`.
+//! "usage"?: {"input_tokens", "output_tokens"}, "expect"?: {"last_outcomes"?, "contains"?},
+//! "retries"?: [{"status"?, "error"?, "partial"?, "wait_ms"?}]}]}`.
+//! A step's `retries` are failed attempts played before its answer: each streams its
+//! `partial` text, then is reported as a [`StreamDelta::Retrying`] (the scripted model does
+//! not actually wait).
 //! Each request consumes the step at its position, which is the number of model responses
 //! already recorded in the session ([`ModelRequest::responses_in_session`]), so a resumed
 //! session continues where it stopped.
@@ -20,7 +24,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use keel_contracts::{
     FinishReason, Message, ModelClient, ModelError, ModelErrorKind, ModelInfo, ModelRequest,
-    ModelResponse, Outcome, RequestPurpose, StreamDelta, ToolCall, ToolCallId, Usage,
+    ModelResponse, Outcome, RequestPurpose, RetryNotice, StreamDelta, ToolCall, ToolCallId, Usage,
 };
 use serde::Deserialize;
 
@@ -77,6 +81,31 @@ pub struct ScriptStep {
     /// Checks on the request before answering.
     #[serde(default)]
     pub expect: Option<ScriptExpect>,
+    /// Failed attempts reported as retries before the answer, in order.
+    #[serde(default)]
+    pub retries: Vec<ScriptRetry>,
+}
+
+/// One scripted failed attempt, reported as a retry.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptRetry {
+    /// The HTTP status to report; absent: none.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// The error kind to report (default `server`).
+    #[serde(default = "default_retry_error")]
+    pub error: String,
+    /// Text the failed attempt streamed before it failed.
+    #[serde(default)]
+    pub partial: String,
+    /// The wait to report, in milliseconds (not actually waited).
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+fn default_retry_error() -> String {
+    "server".to_owned()
 }
 
 /// One scripted tool call.
@@ -285,6 +314,18 @@ impl ModelClient for ScriptedModel {
         };
         if let Some(expect) = &step.expect {
             check_expect(step_no, expect, request)?;
+        }
+        for (retry_idx, retry) in step.retries.iter().enumerate() {
+            if !retry.partial.is_empty() {
+                on_delta(StreamDelta::Text(retry.partial.clone()));
+            }
+            on_delta(StreamDelta::Retrying(RetryNotice {
+                attempt: u32::try_from(retry_idx).unwrap_or(u32::MAX).saturating_add(2),
+                status: retry.status,
+                error: retry.error.clone(),
+                message: format!("scripted failure ({})", retry.error),
+                wait: std::time::Duration::from_millis(retry.wait_ms),
+            }));
         }
         if !step.text.is_empty() {
             on_delta(StreamDelta::Text(step.text.clone()));

@@ -55,6 +55,7 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         EventKind::RunComposition { .. }
         | EventKind::ModelRequested { .. }
         | EventKind::ModelResponse { .. }
+        | EventKind::ModelRetry { .. }
         // A budget stop is settled by the `run_suspended` that follows it.
         | EventKind::BudgetExhausted { .. }
         | EventKind::Compaction { .. }

@@ -360,6 +360,7 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         EventKind::RunComposition { .. }
         | EventKind::ModelRequested { .. }
         | EventKind::ModelResponse { .. }
+        | EventKind::ModelRetry { .. }
         // A budget stop is settled by the `run_suspended` that follows it.
         | EventKind::BudgetExhausted { .. }
         | EventKind::Compaction { .. }

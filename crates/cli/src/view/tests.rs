@@ -427,3 +427,56 @@ fn failures_say_what_to_do_in_one_line() {
     );
     assert_eq!(short_reason("the model answered"), "the model answered");
 }
+
+fn retry(attempt: u32, status: Option<u16>, error: &str, wait_ms: u64) -> EventKind {
+    retry_for(keel_contracts::RequestPurpose::Conversation, attempt, status, error, wait_ms)
+}
+
+fn retry_for(
+    purpose: keel_contracts::RequestPurpose,
+    attempt: u32,
+    status: Option<u16>,
+    error: &str,
+    wait_ms: u64,
+) -> EventKind {
+    EventKind::ModelRetry {
+        step: 1,
+        attempt,
+        status,
+        error: error.to_owned(),
+        message: "slow down".to_owned(),
+        wait_ms,
+        purpose,
+    }
+}
+
+#[test]
+fn a_retry_is_a_line_of_its_own_with_status_or_kind_and_the_wait() {
+    let mut ledger = Ledger::new();
+    ledger
+        .push(retry(2, Some(429), "rate_limited", 4000))
+        .push(retry(3, None, "transport", 750))
+        .push(retry_for(
+            keel_contracts::RequestPurpose::Compaction,
+            2,
+            Some(529),
+            "overloaded",
+            1500,
+        ));
+    // Indented like the other lines of a run (expect! would strip the common indent).
+    assert_eq!(
+        ledger.render(Verbosity::Normal),
+        "  ↻ retry 2 after 429, waiting 4s\n\
+         \x20 ↻ retry 3 after transport, waiting 750ms\n\
+         \x20 ↻ retry 2 after 529, waiting 1.5s (compaction summary)\n"
+    );
+    check(
+        &ledger,
+        Verbosity::Verbose,
+        expect![[r#"
+            #1 step 1: retry, attempt 2 after HTTP 429, rate_limited: slow down; waiting 4000 ms
+            #2 step 1: retry, attempt 3 after transport: slow down; waiting 750 ms
+            #3 step 1: retry, attempt 2 after HTTP 529, overloaded: slow down; waiting 1500 ms (compaction summary)
+        "#]],
+    );
+}

@@ -1,4 +1,5 @@
 mod budgets_e2e;
+mod budgets_wire_e2e;
 mod cli_surface;
 mod context_e2e;
 mod crash;
@@ -13,6 +14,7 @@ mod redteam_orphans;
 mod redteam_rules;
 mod redteam_trust;
 mod resume_e2e;
+mod retries_e2e;
 mod seal;
 mod support;
 mod terminal_e2e;

@@ -10,6 +10,7 @@ mod leases;
 mod outbox;
 mod recovery;
 mod repeats;
+mod retries;
 mod seal;
 mod support;
 mod turn_loop;

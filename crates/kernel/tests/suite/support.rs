@@ -265,6 +265,14 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
                     if purpose.is_conversation() { String::new() } else { format!("{purpose:?} ") };
                 format!("model_response {purpose}{finish_reason} {text:?} [{}]", calls.join("; "))
             }
+            EventKind::ModelRetry { step, attempt, status, error, wait_ms, purpose, .. } => {
+                let purpose =
+                    if purpose.is_conversation() { String::new() } else { format!(" {purpose:?}") };
+                format!(
+                    "model_retry step={step} attempt={attempt} status={status:?} {error} \
+                     wait_ms={wait_ms}{purpose}"
+                )
+            }
             EventKind::BudgetExhausted { reason, report_requested } => {
                 format!("budget_exhausted report_requested={report_requested} {reason}")
             }

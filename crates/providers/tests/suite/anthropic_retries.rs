@@ -132,14 +132,13 @@ async fn synthetic_anthropic_prompt_too_long_is_context_too_long_and_not_retried
         &error_body("invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum"),
     );
     let server = MockServer::start(vec![too_long, success()]).await;
-    let start = Instant::now();
     let (result, _) = complete(&slow_client(&server), &simple_request()).await;
     let error = result.unwrap_err();
     assert_eq!((error.kind.clone(), error.status), (ModelErrorKind::ContextTooLong, Some(400)));
     assert!(!error.is_retryable());
     assert!(error.message.contains("prompt is too long"), "{}", error.message);
+    // One request and the success never asked for: given up at once, with no backoff.
     assert_eq!(server.n_requests(), 1);
-    assert!(start.elapsed() < Duration::from_millis(100), "no backoff before giving up");
 }
 
 #[tokio::test]
@@ -183,4 +182,50 @@ async fn synthetic_anthropic_connection_aborted_mid_stream_is_retried() {
     let (result, _) = complete(&slow_client(&server), &simple_request()).await;
     assert_eq!(result.unwrap().text, "The whole answer.");
     assert_eq!(server.n_requests(), 2);
+}
+
+/// Each retry reaches `on_delta` before its wait: a 429 with `retry-after` (status 429, the
+/// server's wait), then an `api_error` event inside a 200 stream that already showed text
+/// (no HTTP status; kind `server`; backoff), then the answer.
+#[tokio::test]
+async fn synthetic_anthropic_retries_are_reported_with_status_kind_and_wait() {
+    use keel_contracts::StreamDelta;
+    let limited = Reply::json(429, &error_body("rate_limit_error", "Number of requests exceeded"))
+        .header("retry-after", "1");
+    let mut broken = message_start();
+    for payload in [
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "The who"}}),
+        json!({"type": "error", "error": {"type": "api_error", "message": "Internal server error"}}),
+    ] {
+        broken.push_str(&event(&payload));
+    }
+    let server = MockServer::start(vec![limited, Reply::sse(broken), success()]).await;
+    let (result, deltas) = complete(&slow_client(&server), &simple_request()).await;
+    assert_eq!(result.unwrap().text, "The whole answer.");
+    assert_eq!(server.n_requests(), 3);
+    let notices: Vec<_> = deltas
+        .iter()
+        .filter_map(|delta| match delta {
+            StreamDelta::Retrying(notice) => Some(notice),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(notices.len(), 2, "{deltas:?}");
+    assert_eq!(
+        (notices[0].attempt, notices[0].status, notices[0].error.as_str(), notices[0].wait),
+        (2, Some(429), "rate_limited", Duration::from_secs(1))
+    );
+    assert_eq!((notices[1].attempt, notices[1].error.as_str()), (3, "server"));
+    assert!(notices[1].message.contains("Internal server error"), "{}", notices[1].message);
+    assert!(
+        notices[1].wait >= Duration::from_millis(100)
+            && notices[1].wait <= Duration::from_millis(200),
+        "{:?}",
+        notices[1].wait
+    );
+    // The broken attempt's text came before its notice.
+    let second =
+        deltas.iter().position(|d| matches!(d, StreamDelta::Retrying(n) if n.attempt == 3));
+    assert!(deltas[..second.unwrap()].contains(&StreamDelta::Text("The who".into())));
 }

@@ -259,3 +259,58 @@ async fn synthetic_non_stream_body_with_an_error_object_is_an_error() {
     let error = result.unwrap_err();
     assert_eq!((error.kind.clone(), error.status), (ModelErrorKind::Server, Some(502)));
 }
+
+/// Each retry is reported through `on_delta` before its wait, with the attempt about to be
+/// made, the failed attempt's status and kind, and the wait chosen (`Retry-After` honoured);
+/// text a failed stream showed comes before its retry notice, so a consumer can discard it.
+#[tokio::test]
+async fn synthetic_retries_are_reported_with_status_kind_and_wait() {
+    let broken = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Partial \"}}]}\n\n\
+                  data: {\"error\":{\"message\":\"upstream blew up\",\"code\":500}}\n\n";
+    let server = MockServer::start(vec![
+        rate_limited().header("retry-after", "1"),
+        Reply::sse(broken),
+        success(),
+    ])
+    .await;
+    let (result, deltas) = complete(&slow_client(&server, |_| {}), &simple_request()).await;
+    assert_eq!(result.unwrap().text, "The whole answer.");
+    assert_eq!(server.n_requests(), 3);
+    let notices: Vec<_> = deltas
+        .iter()
+        .enumerate()
+        .filter_map(|(idx, delta)| match delta {
+            StreamDelta::Retrying(notice) => Some((idx, notice.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(notices.len(), 2, "{deltas:?}");
+    let (first_idx, first) = &notices[0];
+    assert_eq!(*first_idx, 0, "nothing streamed before a 429: {deltas:?}");
+    assert_eq!(
+        (first.attempt, first.status, first.error.as_str(), first.wait),
+        (2, Some(429), "rate_limited", Duration::from_secs(1))
+    );
+    assert!(first.message.contains("Rate limit reached"), "{}", first.message);
+    let (second_idx, second) = &notices[1];
+    // The broken stream's text came first, then its retry notice.
+    assert_eq!(deltas[1], StreamDelta::Text("Partial ".into()));
+    assert_eq!(*second_idx, 2, "{deltas:?}");
+    assert_eq!((second.attempt, second.status, second.error.as_str()), (3, Some(500), "server"));
+    assert!(second.message.contains("upstream blew up"), "{}", second.message);
+    // The second backoff: 200 ms with equal jitter.
+    assert!(
+        second.wait >= Duration::from_millis(100) && second.wait <= Duration::from_millis(200),
+        "{:?}",
+        second.wait
+    );
+    // After the last notice, only the successful attempt's text.
+    let after: String = deltas[second_idx + 1..]
+        .iter()
+        .filter_map(|delta| match delta {
+            StreamDelta::Text(text) => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(after, "The whole answer.");
+}
