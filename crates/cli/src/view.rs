@@ -445,11 +445,14 @@ impl View {
                     out.push(progress(format!("    {} {line}", paint.dim("│"))));
                 }
             }
-            Outcome::Ok
-            | Outcome::Refused
-            | Outcome::ShadowDenied
-            | Outcome::Cancelled
-            | Outcome::Indeterminate => {}
+            // Reported before the model continues (recovery records it at resume): the user
+            // should know an effect may have happened.
+            Outcome::Indeterminate => out.push(progress(format!(
+                "    {} keel stopped while this call ran: whether it took effect is unknown, \
+                 and it is never run again by itself; check before relying on it",
+                paint.yellow("⚠")
+            ))),
+            Outcome::Ok | Outcome::Refused | Outcome::ShadowDenied | Outcome::Cancelled => {}
         }
     }
 }

@@ -480,3 +480,15 @@ fn a_retry_is_a_line_of_its_own_with_status_or_kind_and_the_wait() {
         "#]],
     );
 }
+
+#[test]
+fn issue_12_an_indeterminate_call_is_reported_with_what_it_means() {
+    // Recovery at resume records the unknown outcome; the user reads it before the model
+    // continues.
+    let mut ledger = Ledger::new();
+    ledger.ran("c1", "bash", 5, Outcome::Indeterminate, "indeterminate: keel stopped");
+    let text = ledger.render(Verbosity::Normal);
+    assert!(text.contains("? bash"), "{text}");
+    assert!(text.contains("indeterminate"), "{text}");
+    assert!(text.contains("whether it took effect is unknown"), "{text}");
+}
