@@ -23,6 +23,7 @@ pub(crate) fn start_new_session(command: &mut tokio::process::Command) {
             if libc::setsid() == -1 {
                 return Err(io::Error::last_os_error());
             }
+            close_inherited_on_exec();
             Ok(())
         });
     }
@@ -422,7 +423,28 @@ fn contain_child(plan: &ChildContainment) -> io::Result<()> {
             }
         }
     }
+    close_inherited_on_exec();
     Ok(())
+}
+
+/// Marks every descriptor above stderr close-on-exec, so the command inherits only its
+/// standard streams: a descriptor keel got from its own parent (a CI runner's socket, a
+/// make jobserver pipe, a file opened outside the workspace) never reaches a command.
+/// Descriptors the standard library needs until `exec` (its exec-status pipe) keep working,
+/// since they are closed by `exec` itself. Async-signal-safe.
+fn close_inherited_on_exec() {
+    // SAFETY: close_range and fcntl take integers only; marking a descriptor close-on-exec
+    // affects this (forked) process alone.
+    unsafe {
+        let marked =
+            libc::syscall(libc::SYS_close_range, 3_u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+        if marked == -1 {
+            // A kernel without CLOSE_RANGE_CLOEXEC: mark them one by one up to a bound.
+            for fd in 3..4096 {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+        }
+    }
 }
 
 /// After `unshare(CLONE_NEWPID)`: forks the namespace's init and, from it, the command.

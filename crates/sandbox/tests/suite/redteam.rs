@@ -612,3 +612,28 @@ async fn redteam_orphan_command_runs_in_its_own_pid_namespace() {
     let out = repo.sh("exit 7").await;
     assert_eq!(out.termination, Termination::Exited { code: 7 });
 }
+
+/// A descriptor keel inherited from its own parent without close-on-exec (a CI runner's
+/// socket, a make jobserver pipe, a file opened outside the workspace) never reaches a
+/// command, in either mode; the command's standard streams still work.
+#[tokio::test]
+#[allow(unsafe_code)]
+async fn redteam_fd_inherited_descriptors_do_not_reach_commands() {
+    let repo = Repo::new();
+    let secret = repo.outside.join("secret");
+    std::fs::write(&secret, "outside-secret\n").unwrap();
+    let file = std::fs::File::open(&secret).unwrap();
+    // SAFETY: dup of a descriptor this test owns; the duplicate has no close-on-exec flag,
+    // as a descriptor inherited from a parent process would not.
+    let fd = unsafe { libc::dup(std::os::fd::AsRawFd::as_raw_fd(&file)) };
+    assert!(fd > 2);
+    for mode in [SandboxMode::Managed, SandboxMode::Bypass] {
+        let script = format!("cat <&{fd} 2>/dev/null || echo no-such-descriptor; echo fine");
+        let out = run(&repo.spec(&script), mode).await.unwrap();
+        assert!(!out.stdout.text.contains("outside-secret"), "{mode:?}: {out:?}");
+        assert!(out.stdout.text.contains("no-such-descriptor"), "{mode:?}: {out:?}");
+        assert!(out.stdout.text.contains("fine"), "{mode:?}: {out:?}");
+    }
+    // SAFETY: closing the duplicate made above.
+    unsafe { libc::close(fd) };
+}
