@@ -448,7 +448,11 @@ pub(crate) fn canonical_workspace(dir: Option<&Path>) -> anyhow::Result<PathBuf>
         return Err(usage(format!("workspace {} is not a directory", canonical.display())));
     }
     // A keel killed during a managed command may have left plants (a git `commondir`, a
-    // linked worktree entry) behind: repair them before anything reads the workspace.
+    // linked worktree entry) behind: repair them before anything reads the workspace. Only
+    // notes authenticated with the user's key are trusted (never one from the repository).
+    if let Ok(home) = config::keel_home() {
+        crate::plant_key::install(&home, &canonical);
+    }
     for note in keel_sandbox::recover_plants(&canonical) {
         eprintln!("keel: {note}");
     }

@@ -23,6 +23,7 @@ mod mcp;
 mod outbox;
 mod output;
 mod permission;
+mod plant_key;
 mod pricing;
 mod provider;
 mod safe_read;

@@ -69,5 +69,5 @@ pub use error::{Result, SandboxError};
 pub use keel_contracts::SandboxMode;
 pub use managed::{
     INHERITED_ENV, ManagedSupport, is_credential_store, managed_support, protected_path,
-    recover_plants,
+    recover_plants, set_plant_note_key,
 };

@@ -11,6 +11,8 @@ mod filesystem;
 mod gitconfig;
 mod mask;
 mod plants;
+
+pub use plants::set_plant_note_key;
 mod protected;
 mod seccomp;
 

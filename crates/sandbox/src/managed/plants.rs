@@ -12,6 +12,13 @@
 //!
 //! Repairs never follow a symbolic link and never touch a path outside the writable roots
 //! recorded in the note.
+//!
+//! A note is authenticated: it carries an HMAC-SHA256 over the workspace path and its
+//! content, keyed by a secret the embedding program sets once ([`set_plant_note_key`];
+//! keel-cli keeps it in `KEEL_HOME`). [`recover`] repairs only what a note with a valid tag
+//! names, so a note that came with a cloned repository, or one an injected command forged
+//! through a symlinked `.keel`, is removed unread: it could otherwise name any path to
+//! delete or replace. Without a key, no durable note is written and none is trusted.
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -32,6 +39,46 @@ const NOTE_DIR: &str = ".keel/sandbox";
 /// A path or file name as raw bytes (any name survives JSON).
 type Bytes = Vec<u8>;
 
+/// The key durable notes are authenticated with (see the module doc).
+static NOTE_KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+
+/// Sets the secret that authenticates durable plant notes, once per process (later calls
+/// are ignored). Until it is set, plants are still repaired when a run ends, but no durable
+/// note is written and none found in a workspace is trusted.
+pub fn set_plant_note_key(key: [u8; 32]) {
+    let _ = NOTE_KEY.set(key);
+}
+
+/// The note's MAC: HMAC-SHA256 over the canonical workspace path, a NUL, and the note's JSON
+/// with an empty tag.
+fn mac_of(key: &[u8; 32], workspace: &Path, note: &Note) -> Option<hmac::Hmac<sha2::Sha256>> {
+    use hmac::Mac;
+    let mut untagged = note.clone();
+    untagged.mac = String::new();
+    let body = serde_json::to_vec(&untagged).ok()?;
+    let workspace = workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf());
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).ok()?;
+    mac.update(workspace.as_os_str().as_bytes());
+    mac.update(&[0]);
+    mac.update(&body);
+    Some(mac)
+}
+
+/// The note's tag, hex.
+fn tag(key: &[u8; 32], workspace: &Path, note: &Note) -> Option<String> {
+    use hmac::Mac;
+    Some(hex::encode(mac_of(key, workspace, note)?.finalize().into_bytes()))
+}
+
+/// Whether `note` was written by a keel holding the key, for `workspace` (constant-time).
+fn authentic(workspace: &Path, note: &Note) -> bool {
+    use hmac::Mac;
+    let (Some(key), Ok(claimed)) = (NOTE_KEY.get(), hex::decode(&note.mac)) else {
+        return false;
+    };
+    mac_of(key, workspace, note).is_some_and(|mac| mac.verify_slice(&claimed).is_ok())
+}
+
 /// The durable note: paths as raw bytes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Note {
@@ -43,6 +90,9 @@ struct Note {
     absent: Vec<Bytes>,
     watched: Vec<(Bytes, Option<Vec<Bytes>>)>,
     links: Vec<(Bytes, Bytes)>,
+    /// The tag ([`tag`]), hex.
+    #[serde(default)]
+    mac: String,
 }
 
 /// Repairs plants when dropped (or when [`PlantGuard::finish`] is called) and deletes the
@@ -88,6 +138,7 @@ impl PlantGuard {
                 .iter()
                 .map(|(link, target)| (bytes(link), bytes(target)))
                 .collect(),
+            mac: String::new(),
         };
         let mut guard = PlantGuard { note, note_path: None, init_report: None, done: false };
         let Some(workspace) = writable.first() else { return (guard, None) };
@@ -170,9 +221,22 @@ pub(crate) fn recover(workspace: &Path) -> Vec<String> {
                 continue;
             }
         };
-        if note.keel_pid != 0
-            && process_started(note.keel_pid).is_some_and(|started| started == note.keel_started)
-        {
+        if !authentic(workspace, &note) {
+            // Not written by a keel holding the key: a note that came with the repository
+            // or was forged. Never acted upon; removed when keel can verify notes at all.
+            if NOTE_KEY.get().is_some() {
+                let _ = std::fs::remove_file(&path);
+                notes.push(format!(
+                    "keel sandbox: ignored and removed {}: a plant note keel did not write",
+                    path.display()
+                ));
+            }
+            continue;
+        }
+        if note.keel_pid == 0 {
+            continue;
+        }
+        if process_started(note.keel_pid).is_some_and(|started| started == note.keel_started) {
             // That keel is still running its command; its own guard repairs.
             continue;
         }
@@ -184,6 +248,13 @@ pub(crate) fn recover(workspace: &Path) -> Vec<String> {
 }
 
 fn write_note(workspace: &Path, note: &Note) -> std::io::Result<PathBuf> {
+    let Some(key) = NOTE_KEY.get() else {
+        return Err(std::io::Error::other("no key to authenticate it (set_plant_note_key)"));
+    };
+    let mut note = note.clone();
+    note.mac = tag(key, workspace, &note)
+        .ok_or_else(|| std::io::Error::other("the note could not be authenticated"))?;
+    let note = &note;
     let keel_dir = workspace.join(".keel");
     if !keel_dir.symlink_metadata()?.is_dir() {
         return Err(std::io::Error::other(".keel is not a directory"));

@@ -373,7 +373,8 @@ async fn redteam_plant_removed_at_timeout() {
     assert!(matches!(out.termination, Termination::TimedOut { .. }));
     assert!(!repo.root.join(".git/commondir").exists());
     assert!(!repo.root.join(".git/worktrees").exists());
-    assert!(!repo.root.join(".keel/sandbox").read_dir().unwrap().any(|_| true), "note deleted");
+    let notes = repo.root.join(".keel/sandbox");
+    assert!(!notes.exists() || !notes.read_dir().unwrap().any(|_| true), "note deleted");
     repo.assert_commit_works().await;
 }
 
@@ -394,29 +395,44 @@ async fn redteam_plant_removed_when_the_call_is_cancelled() {
     repo.assert_commit_works().await;
 }
 
+/// A plant note that keel did not write (one committed to a cloned repository, or forged by
+/// a command) names paths to delete or replace anywhere; it is never acted upon, only
+/// removed. The genuine note of a keel killed mid-command is repaired at the next start:
+/// `redteam_orphans_plants_of_a_killed_keel_are_removed_at_the_next_start` in keel-cli runs it.
 #[tokio::test]
-async fn redteam_plant_note_of_a_dead_keel_is_repaired_at_the_next_start() {
+async fn redteam_plant_note_forged_or_from_the_repository_is_never_acted_upon() {
+    keel_sandbox::set_plant_note_key([7; 32]);
     let repo = Repo::new();
-    // What a keel killed during a command leaves: its durable note and the plant.
     repo.sh("true").await;
     let notes_dir = repo.root.join(".keel/sandbox");
     std::fs::create_dir_all(&notes_dir).unwrap();
-    let planted = repo.root.join(".git/commondir");
-    std::fs::write(&planted, "../evil\n").unwrap();
-    let note = serde_json::json!({
-        "keel_pid": 0,
-        "keel_started": 0,
-        "writable": [repo.root.as_os_str().as_encoded_bytes()],
-        "absent": [planted.as_os_str().as_encoded_bytes()],
-        "watched": [],
-        "links": []
-    });
-    std::fs::write(notes_dir.join("plants-crashed.json"), note.to_string()).unwrap();
+    let victim = repo.outside.join("victim");
+    std::fs::write(&victim, "keep me\n").unwrap();
+    let inside = repo.root.join("a.txt");
+    let bytes = |path: &Path| path.as_os_str().as_encoded_bytes().to_vec();
+    for (name, mac) in [("plants-forged.json", ""), ("plants-wrong.json", "00ff")] {
+        let note = serde_json::json!({
+            "keel_pid": 0,
+            "keel_started": 0,
+            "writable": [b"/".to_vec()],
+            "absent": [bytes(&victim), bytes(&inside)],
+            "watched": [],
+            "links": [[bytes(&repo.root.join(".git/config")), bytes(&inside)]],
+            "mac": mac,
+        });
+        std::fs::write(notes_dir.join(name), note.to_string()).unwrap();
+    }
     let repairs = recover_plants(&repo.root);
-    assert!(!planted.exists(), "{repairs:?}");
-    assert!(repairs.iter().any(|note| note.contains("commondir")), "{repairs:?}");
-    assert!(!notes_dir.join("plants-crashed.json").exists());
-    assert!(recover_plants(&repo.root).is_empty(), "repaired once");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n", "{repairs:?}");
+    assert_eq!(repo.read("a.txt"), "a\n");
+    assert!(!repo.root.join(".git/config").is_symlink());
+    assert_eq!(repairs.iter().filter(|n| n.contains("keel did not write")).count(), 2);
+    assert!(!notes_dir.join("plants-forged.json").exists(), "removed, never read again");
+    assert!(recover_plants(&repo.root).is_empty());
+    // The neighbour: managed runs still work and repair their own plants.
+    let out = repo.sh("echo ../evil > .git/commondir; echo planted").await;
+    assert!(out.stdout.text.contains("planted"));
+    assert!(!repo.root.join(".git/commondir").exists());
     repo.assert_commit_works().await;
 }
 
