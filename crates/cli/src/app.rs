@@ -345,7 +345,10 @@ fn resolve(
             budget,
             price,
             context: keel_contracts::ContextPolicy::for_window(context_window),
-            instructions: crate::instructions::load(workspace),
+            instructions: crate::instructions::load(
+                workspace,
+                &rules.denied_paths(&workspace.display().to_string()),
+            ),
             rules,
             cancel_poll: Duration::from_millis(250),
             grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,

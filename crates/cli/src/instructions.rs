@@ -23,10 +23,10 @@ const FILE_NAME: &str = "AGENTS.md";
 
 /// The instruction files for a run in `workspace` (canonical), user's first; skipped files
 /// are noted on stderr.
-pub(crate) fn load(workspace: &Path) -> Vec<Instruction> {
+pub(crate) fn load(workspace: &Path, denied: &keel_contracts::DeniedPaths) -> Vec<Instruction> {
     let current = std::env::current_dir().ok().and_then(|dir| dir.canonicalize().ok());
     let (instructions, notes) =
-        collect(crate::config::user_config_dir().as_deref(), workspace, current.as_deref());
+        collect(crate::config::user_config_dir().as_deref(), workspace, current.as_deref(), denied);
     for note in notes {
         eprintln!("keel: {}", crate::safe_read::visible(&note, false));
     }
@@ -39,6 +39,7 @@ fn collect(
     user_dir: Option<&Path>,
     workspace: &Path,
     current: Option<&Path>,
+    denied: &keel_contracts::DeniedPaths,
 ) -> (Vec<Instruction>, Vec<String>) {
     let mut instructions = Vec::new();
     let mut notes = Vec::new();
@@ -64,6 +65,22 @@ fn collect(
             follow_symlink: true,
             confine_to: Some(workspace),
         };
+        // The user's read-deny rules hold for instruction files too, on the path as written
+        // and where a link leads: a repository's AGENTS.md linked to a denied `.env` puts
+        // nothing into the prompt (or the ledger).
+        let relative = |path: &Path| {
+            path.strip_prefix(workspace).map_or_else(
+                |_| path.display().to_string(),
+                |relative| relative.display().to_string(),
+            )
+        };
+        let resolved = path.canonicalize().ok();
+        if denied.covers(&relative(&path))
+            || resolved.as_deref().is_some_and(|real| denied.covers(&relative(real)))
+        {
+            notes.push(format!("skipped {source}: your deny rules cover it"));
+            continue;
+        }
         push(&mut instructions, &mut notes, &path, source, rules);
     }
     (instructions, notes)
@@ -103,6 +120,33 @@ fn folders(workspace: &Path, current: Option<&Path>) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
+    fn none() -> keel_contracts::DeniedPaths {
+        keel_contracts::DeniedPaths::new(Vec::<String>::new(), "/")
+    }
+
+    #[test]
+    fn redteam_trust_agents_md_linked_to_a_denied_file_is_not_read() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws = ws.path().canonicalize().unwrap();
+        std::fs::create_dir_all(ws.join("secrets")).unwrap();
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        std::fs::write(ws.join(".env"), "DB_PASSWORD=hunter2\n").unwrap();
+        std::fs::write(ws.join("secrets/key"), "TOKEN=sekrit\n").unwrap();
+        std::os::unix::fs::symlink(".env", ws.join("AGENTS.md")).unwrap();
+        std::os::unix::fs::symlink("../secrets/key", ws.join("sub/AGENTS.md")).unwrap();
+        let workspace = ws.display().to_string();
+        let denied = keel_contracts::DeniedPaths::new([".env", "secrets/**"], &workspace);
+        let (found, notes) = collect(None, &ws, Some(&ws.join("sub")), &denied);
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(notes.iter().filter(|n| n.contains("your deny rules cover it")).count(), 2);
+        // The neighbour: an ordinary AGENTS.md next to them is read.
+        std::fs::remove_file(ws.join("AGENTS.md")).unwrap();
+        std::fs::write(ws.join("AGENTS.md"), "Run the tests.\n").unwrap();
+        let (found, _) = collect(None, &ws, Some(&ws.join("sub")), &denied);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].text, "Run the tests.\n");
+    }
+
     #[test]
     fn files_come_user_first_then_root_down_to_the_current_folder() {
         let user = tempfile::tempdir().unwrap();
@@ -113,7 +157,7 @@ mod tests {
         std::fs::write(ws.join(FILE_NAME), "root").unwrap();
         std::fs::write(ws.join("a/b").join(FILE_NAME), "deep").unwrap();
         std::fs::write(ws.join("a").join(FILE_NAME), "x".repeat(70 * 1024)).unwrap();
-        let (found, notes) = collect(Some(user.path()), &ws, Some(&ws.join("a/b")));
+        let (found, notes) = collect(Some(user.path()), &ws, Some(&ws.join("a/b")), &none());
         let texts: Vec<&str> = found.iter().map(|i| i.text.as_str()).collect();
         assert_eq!(texts, ["user", "root", "deep"]);
         assert_eq!(found[1].source, "AGENTS.md");
@@ -121,7 +165,7 @@ mod tests {
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].starts_with("skipped a/AGENTS.md: it is 71680 bytes"), "{notes:?}");
         // Outside the workspace, only its root is read.
-        let (found, _) = collect(None, &ws, Some(user.path()));
+        let (found, _) = collect(None, &ws, Some(user.path()), &none());
         assert_eq!(found.len(), 1);
     }
 }

@@ -77,10 +77,16 @@ impl Approver {
         if paths.is_empty() {
             return None;
         }
-        let absolute: Vec<String> = paths
-            .iter()
-            .map(|path| lexical_absolute(&self.workspace, Path::new(path)).display().to_string())
-            .collect();
+        // A rule grants only paths that lead where they say: one that goes through a
+        // symbolic link (which a command could have made, or retarget later) is asked.
+        let mut absolute = Vec::new();
+        for path in &paths {
+            let lexical = lexical_absolute(&self.workspace, Path::new(path));
+            if resolve_existing(&self.workspace, path) != lexical {
+                return None;
+            }
+            absolute.push(lexical.display().to_string());
+        }
         self.boundary_patterns
             .iter()
             .find(|pattern| {

@@ -398,6 +398,26 @@ fn redteam_boundary_an_explicit_user_rule_grants_only_what_it_names() {
         env2.run(&["run", "-C", ws2.to_str().unwrap(), "-m", &model, "--approval", "auto", "t"]);
     assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
     assert!(!widened(&ledger(&env2, &session_id(&env2))));
+
+    // Nor through a link inside the pattern that leads out of it (a command could have made
+    // it, or retarget it after the grant).
+    let env3 = Env::new();
+    let ws3 = env3.workspace();
+    let allowed = env3.scratch.path().join("cache");
+    let outside = env3.scratch.path().join("outside");
+    std::fs::create_dir_all(&allowed).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, allowed.join("link")).unwrap();
+    std::fs::write(
+        env3.home.path().join("config.toml"),
+        format!("[permissions]\nallow = [\"request_boundary({}/*)\"]\n", allowed.display()),
+    )
+    .unwrap();
+    let model = boundary_script(&env3, &allowed.join("link"));
+    let output =
+        env3.run(&["run", "-C", ws3.to_str().unwrap(), "-m", &model, "--approval", "auto", "t"]);
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert!(!widened(&ledger(&env3, &session_id(&env3))));
 }
 
 #[test]
