@@ -44,7 +44,14 @@ pub(crate) async fn close_dangling_run(
         return Ok(());
     }
     let mut usage = UsageTotals::default();
-    let mut open = Vec::new();
+    // Calls an earlier run left open (waiting for consent) that this run was settling are
+    // this run's to close too: without them, a second crash would leave a prepared call
+    // unanswered and the next resume would attempt it again.
+    let mut open: Vec<_> = awaiting_calls(&ledger.events[..start])
+        .2
+        .into_iter()
+        .map(|call| (call.call_id, call.name, None))
+        .collect();
     let mut asked = std::collections::BTreeSet::new();
     for event in run_events {
         match &event.kind {

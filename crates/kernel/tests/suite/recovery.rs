@@ -212,3 +212,43 @@ async fn issue_12_a_new_turn_answers_a_request_left_pending_without_running_it()
     )
     .unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn issue_12_a_re_asked_call_that_crashes_again_is_never_attempted_twice() {
+    let harness = Harness::new();
+    let script = r#"{"steps":[
+        {"tool_calls":[{"name":"slow","arguments":{}}]},
+        {"text":"after","expect":{"last_outcomes":["indeterminate"]}}
+    ]}"#;
+    let model =
+        || Arc::new(keel_testkit::ScriptedModel::new(serde_json::from_str(script).unwrap(), "s"));
+    // Run 1 dies while the write waits for consent.
+    let waiting = harness.kernel_with_permissions(model(), Arc::new(NeverAnswers));
+    let session = harness.session(&waiting).await;
+    let (config, never) = (harness.run_config(), Cancellation::new());
+    let driving = waiting.run_turn(session, "go", &config, &never);
+    assert!(tokio::time::timeout(Duration::from_secs(5), driving).await.is_err());
+    harness.clock.advance(keel_kernel::LEASE_TTL * 2);
+    // Run 2 asks again, is allowed, and dies while the write runs.
+    let second = harness.kernel(script);
+    let resuming = second.resume(session, &config, &never);
+    assert!(tokio::time::timeout(Duration::from_secs(5), resuming).await.is_err());
+    harness.clock.advance(keel_kernel::LEASE_TTL * 2);
+    // Run 3: the write's outcome is unknown; it is never attempted a second time.
+    let third = harness.kernel(script);
+    let report = third.resume(session, &config, &Cancellation::new()).await.unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "after".into() });
+    assert_eq!(harness.invocations(), vec!["slow {}"], "attempted once");
+    let events = harness.events(session).await;
+    let prepared =
+        events.iter().filter(|e| matches!(e.kind, EventKind::ToolAttemptPrepared { .. })).count();
+    assert_eq!(prepared, 1);
+    let results: Vec<Outcome> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolResult { outcome, .. } => Some(*outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, vec![Outcome::Indeterminate]);
+}
