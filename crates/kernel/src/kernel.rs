@@ -295,6 +295,10 @@ impl Kernel {
         config: &RunConfig,
         cancel: &Cancellation,
     ) -> Result<RunReport> {
+        // An unknown window gets a default, so pruning and compaction bound every request
+        // and a step costs the same at step 100 and 10 000 (issue #13).
+        let config =
+            &RunConfig { context: config.context.or_default_window(), ..config.clone() };
         let (workspace, envelope, mode) = match &ledger.events[0].kind {
             EventKind::SessionCreated { workspace, envelope, mode, .. } => {
                 (workspace.clone(), envelope.clone(), *mode)
@@ -406,6 +410,8 @@ impl Kernel {
             self.deps.counter.count(&serde_json::to_string(&definitions).unwrap_or_default());
         let mut spent = Spent::default();
         let mut verified = BTreeMap::new();
+        // The previous request's messages, so each step hashes only what changed.
+        let mut digests = crate::digest::RequestDigests::default();
         let mut token_scale: f64 = 1.0;
         // Every call id of the session, so each new call gets a unique one: results are
         // paired and paged (`read_tool_result`) by id.
@@ -532,8 +538,7 @@ impl Kernel {
                 responses_in_session: ledger.responses(),
                 purpose: RequestPurpose::Conversation,
             };
-            let request_sha256 =
-                sha256_hex(serde_json::to_string(&request).unwrap_or_default().as_bytes());
+            let request_sha256 = digests.digest(&request);
             ledger
                 .append(
                     turn,

@@ -22,6 +22,7 @@ mod children;
 pub mod compaction;
 mod config;
 pub mod context;
+pub mod digest;
 mod error;
 mod failpoint;
 mod intrinsic;
