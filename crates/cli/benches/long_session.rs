@@ -18,10 +18,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use keel_contracts::{
-    Access, ApprovalMode, ContextPolicy, Effects, Envelope, ExecutionMode, ModelClient,
-    ModelError, ModelInfo, ModelRequest, ModelResponse, PermissionAnswer, RequestPurpose,
-    SandboxMode, Store, StreamDelta, SystemClock, Tool, ToolContext, ToolOutput, ToolSpec,
-    UuidV7Ids,
+    Access, ApprovalMode, ContextPolicy, Effects, Envelope, ExecutionMode, ModelClient, ModelError,
+    ModelInfo, ModelRequest, ModelResponse, PermissionAnswer, RequestPurpose, SandboxMode, Store,
+    StreamDelta, SystemClock, Tool, ToolContext, ToolOutput, ToolSpec, UuidV7Ids,
 };
 use keel_kernel::{
     Cancellation, Kernel, KernelDeps, NoopObserver, RunConfig, SessionConfig, StaticPermissions,
@@ -100,7 +99,11 @@ fn run(steps: usize, window: Option<u64>) -> (Vec<Instant>, u64) {
     };
     let kernel = Kernel::new(KernelDeps {
         store,
-        model: Arc::new(Timed { inner: script(steps), at: at.clone(), summaries: summaries.clone() }),
+        model: Arc::new(Timed {
+            inner: script(steps),
+            at: at.clone(),
+            summaries: summaries.clone(),
+        }),
         tools: vec![Arc::new(Noop(spec))],
         clock: Arc::new(SystemClock),
         ids: Arc::new(UuidV7Ids),

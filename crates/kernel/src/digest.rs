@@ -124,8 +124,7 @@ mod tests {
         other_system.system = "t".into();
         let mut other_message = base.clone();
         other_message.messages[0] = Message::User { text: "x".into() };
-        let digests = [&base, &other_system, &other_message, &request(&["a"])]
-            .map(|request| request_digest(request));
+        let digests = [&base, &other_system, &other_message, &request(&["a"])].map(request_digest);
         for (i, a) in digests.iter().enumerate() {
             for b in &digests[i + 1..] {
                 assert_ne!(a, b);
