@@ -164,9 +164,7 @@ impl Kernel {
                         EventKind::ModelRequested {
                             step: call.step,
                             messages: request.messages.len() as u64,
-                            request_sha256: keel_contracts::sha256_hex(
-                                serde_json::to_string(&request).unwrap_or_default().as_bytes(),
-                            ),
+                            request_sha256: crate::digest::request_digest(&request),
                             tokens: Some(request_tokens),
                             tokens_before_pruning: None,
                             pruned_results: 0,

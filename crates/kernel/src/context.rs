@@ -227,8 +227,8 @@ pub fn retained_entries(
             else {
                 unreachable!("active_compaction returns compaction events")
             };
-            let start =
-                events.iter().position(|event| event.seq > *covers_to).unwrap_or(events.len());
+            // Events are in seq order: the retained part starts by binary search.
+            let start = events.partition_point(|event| event.seq <= *covers_to);
             let note = carried_note(carried, Some(summary), *covers_from, *covers_to);
             let mut entries = vec![Entry {
                 message: Message::User { text: note },

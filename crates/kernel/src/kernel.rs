@@ -409,6 +409,12 @@ impl Kernel {
             self.deps.counter.count(&serde_json::to_string(&definitions).unwrap_or_default());
         let mut spent = Spent::default();
         let mut verified = BTreeMap::new();
+        // The previous request's messages, so each step hashes only what changed.
+        let mut digests = crate::digest::RequestDigests::default();
+        // The provider said the context is too long: the step compacts and is sent again,
+        // once (`too_long_retried`), as the same step number.
+        let mut force_compaction = false;
+        let mut too_long_retried = false;
         let mut token_scale: f64 = 1.0;
         // Every call id of the session, so each new call gets a unique one: results are
         // paired and paged (`read_tool_result`) by id.
@@ -488,8 +494,15 @@ impl Kernel {
                 ),
                 &window,
             );
-            if fitted.over_budget {
-                let room = config.context.budget().unwrap_or(0).saturating_sub(fixed_tokens) / 2;
+            let forced = std::mem::take(&mut force_compaction);
+            if fitted.over_budget || forced {
+                let mut room =
+                    config.context.budget().unwrap_or(0).saturating_sub(fixed_tokens) / 2;
+                if forced {
+                    // The provider's window is smaller than keel's estimate: keep at most
+                    // half of what was just refused.
+                    room = room.min(fitted.tokens.saturating_sub(fixed_tokens) / 2);
+                }
                 let call = compaction::SummaryCall {
                     ids: (turn, run),
                     step,
@@ -535,8 +548,7 @@ impl Kernel {
                 responses_in_session: ledger.responses(),
                 purpose: RequestPurpose::Conversation,
             };
-            let request_sha256 =
-                sha256_hex(serde_json::to_string(&request).unwrap_or_default().as_bytes());
+            let request_sha256 = digests.digest(&request);
             ledger
                 .append(
                     turn,
@@ -572,6 +584,18 @@ impl Kernel {
             };
             let response = match response {
                 Ok(response) => response,
+                Err(error)
+                    if error.kind == keel_contracts::ModelErrorKind::ContextTooLong
+                        && !too_long_retried
+                        && last_step.is_none() =>
+                {
+                    // Recorded: this step's `model_requested` stays without a response, a
+                    // `compaction` follows, then the step's request again.
+                    too_long_retried = true;
+                    force_compaction = true;
+                    step -= 1;
+                    continue;
+                }
                 Err(error) => {
                     let status = error.status.map(|s| format!(" (HTTP {s})")).unwrap_or_default();
                     break TurnOutcome::Failed {
@@ -579,6 +603,7 @@ impl Kernel {
                     };
                 }
             };
+            too_long_retried = false;
             // Correct later estimates by what the provider reports (only ever upwards).
             if let Some(reported) = response.usage.input_tokens
                 && estimated_tokens > 0

@@ -23,6 +23,7 @@ mod command_line;
 pub mod compaction;
 mod config;
 pub mod context;
+pub mod digest;
 mod error;
 mod failpoint;
 mod intrinsic;

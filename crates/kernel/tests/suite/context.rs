@@ -471,3 +471,118 @@ mod properties {
         }
     }
 }
+
+/// Refuses conversation requests estimated over `limit` tokens, as a provider whose real
+/// window is smaller than keel's estimate does (HTTP 400, context too long).
+#[derive(Debug)]
+struct SmallWindow {
+    inner: Arc<dyn keel_contracts::ModelClient>,
+    limit: u64,
+    refused: Arc<std::sync::Mutex<u64>>,
+}
+
+#[async_trait::async_trait]
+impl keel_contracts::ModelClient for SmallWindow {
+    fn info(&self) -> keel_contracts::ModelInfo {
+        self.inner.info()
+    }
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        on_delta: &(dyn Fn(keel_contracts::StreamDelta) + Send + Sync),
+    ) -> Result<keel_contracts::ModelResponse, keel_contracts::ModelError> {
+        if request.purpose == RequestPurpose::Conversation
+            && estimate_request_tokens(request, &ApproxCounter) > self.limit
+        {
+            *self.refused.lock().unwrap() += 1;
+            return Err(keel_contracts::ModelError::new(
+                keel_contracts::ModelErrorKind::ContextTooLong,
+                Some(400),
+                "context_length_exceeded: this model's maximum context length is smaller",
+            ));
+        }
+        self.inner.complete(request, on_delta).await
+    }
+}
+
+fn small_window_kernel(
+    harness: &Harness,
+    script: &str,
+    limit: u64,
+) -> (keel_kernel::Kernel, Arc<std::sync::Mutex<u64>>) {
+    let model = keel_testkit::ScriptedModel::new(serde_json::from_str(script).unwrap(), "test");
+    let refused = Arc::default();
+    let small = SmallWindow { inner: Arc::new(model), limit, refused: Arc::clone(&refused) };
+    (harness.kernel_with(Arc::new(small)), refused)
+}
+
+/// Issue #13: when the provider says the context is too long, the step compacts and is
+/// sent again once; the ledger records the refused request, the compaction and the retry.
+#[tokio::test]
+async fn issue_13_context_too_long_compacts_and_retries_the_step_once() {
+    let mut harness = Harness::new();
+    harness.extra_tools.push(Emit::tool());
+    // keel believes the window is large; the provider refuses anything over 6 000 tokens.
+    harness.context = ContextPolicy::for_window(Some(100_000));
+    let script = emit_script(12, |_| 2_000);
+    let (kernel, refused) = small_window_kernel(&harness, &script, 6_000);
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, TASK, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert_eq!(
+        report.outcome,
+        TurnOutcome::Completed { text: "done".into() },
+        "{}",
+        harness.render(session).await
+    );
+    assert!(*refused.lock().unwrap() >= 1, "the provider never refused a request");
+    let events = harness.events(session).await;
+    // Every refusal is followed by a compaction and the same step's request again.
+    let mut refused_steps = 0;
+    for (index, event) in events.iter().enumerate() {
+        let EventKind::ModelRequested { step, purpose: RequestPurpose::Conversation, .. } =
+            &event.kind
+        else {
+            continue;
+        };
+        let answered = events[index + 1..].iter().find_map(|later| match &later.kind {
+            EventKind::ModelResponse { purpose: RequestPurpose::Conversation, .. } => Some(true),
+            EventKind::ModelRequested { purpose: RequestPurpose::Conversation, .. } => Some(false),
+            _ => None,
+        });
+        if answered == Some(true) {
+            continue;
+        }
+        refused_steps += 1;
+        let rest = &events[index + 1..];
+        let compaction = rest.iter().position(|e| matches!(e.kind, EventKind::Compaction { .. }));
+        let retry = rest.iter().position(|e| {
+            matches!(&e.kind, EventKind::ModelRequested { step: again, purpose: RequestPurpose::Conversation, .. } if again == step)
+        });
+        assert!(
+            matches!((compaction, retry), (Some(c), Some(r)) if c < r),
+            "step {step}: no compaction before the retry\n{}",
+            harness.render(session).await
+        );
+    }
+    assert_eq!(refused_steps, *refused.lock().unwrap());
+}
+
+/// Issue #13: a request refused again after the compaction fails the run (one retry only).
+#[tokio::test]
+async fn issue_13_context_too_long_twice_fails_the_run_after_one_retry() {
+    let mut harness = Harness::new();
+    harness.extra_tools.push(Emit::tool());
+    harness.context = ContextPolicy::for_window(Some(100_000));
+    let script = emit_script(3, |_| 100);
+    // Nothing fits: even the first request is refused, and compaction cannot help.
+    let (kernel, refused) = small_window_kernel(&harness, &script, 10);
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, TASK, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    let TurnOutcome::Failed { reason } = &report.outcome else { panic!("{:?}", report.outcome) };
+    assert!(reason.contains("context_length_exceeded"), "{reason}");
+    let rendered = harness.render(session).await;
+    let refused = *refused.lock().unwrap();
+    assert_eq!(refused, 2, "{rendered}");
+}
