@@ -418,7 +418,7 @@ impl View {
             Outcome::Refused => {
                 let why = match call.refused_by.as_deref() {
                     Some("user") => "denied at the prompt".to_owned(),
-                    Some(by) => one_line(by, 160),
+                    Some(by) => one_line(by.strip_prefix("refused: ").unwrap_or(by), 160),
                     None => one_line(content.strip_prefix("refused: ").unwrap_or(content), 120),
                 };
                 (paint.red("✗"), paint.red(&format!("refused: {why}")))
@@ -483,7 +483,11 @@ pub(crate) fn summary(tool: &str, arguments: &serde_json::Value) -> String {
             }
             shown
         }
-        None if arguments.as_object().is_some_and(serde_json::Map::is_empty) => String::new(),
+        None if arguments.is_null()
+            || arguments.as_object().is_some_and(serde_json::Map::is_empty) =>
+        {
+            String::new()
+        }
         None => one_line(&arguments.to_string(), MAX_SUMMARY_CHARS),
     }
 }
