@@ -141,7 +141,11 @@ impl PlantGuard {
             mac: String::new(),
         };
         let mut guard = PlantGuard { note, note_path: None, init_report: None, done: false };
-        let Some(workspace) = writable.first() else { return (guard, None) };
+        // Without a key (an embedding that never set one) nothing durable is written: the
+        // repairs after the run still happen, and no unauthenticated note is left to trust.
+        let (Some(workspace), Some(_)) = (writable.first(), NOTE_KEY.get()) else {
+            return (guard, None);
+        };
         match write_note(workspace, &guard.note) {
             Ok(path) => {
                 guard.note_path = Some(path);
