@@ -297,7 +297,9 @@ fn resolve(
         Some((provider, model)) => prices.get(provider, model),
         None => None,
     };
-    if budget.max_cost_usd.is_some() && price.is_none() && !model_spec.starts_with("scripted:") {
+    // Unknown is not zero (DESIGN.md §4): without a price a cost ceiling would count every
+    // response as free, the scripted model's included (price it in prices.toml to test).
+    if budget.max_cost_usd.is_some() && price.is_none() {
         return Err(usage(format!(
             "no price known for {model_spec}, so a cost budget cannot be enforced; add it to \
              $KEEL_HOME/prices.toml or drop --max-cost-usd"

@@ -23,6 +23,8 @@ fn usage_errors_exit_2_with_a_message() {
             &["run", "-C", ws, "-m", "openai:no-such-model", "--max-cost-usd", "1", "t"],
             "no price known",
         ),
+        // Unknown is not zero: an unpriced scripted model cannot take a cost ceiling either.
+        (&["run", "-C", ws, "-m", "scripted:x", "--max-cost-usd", "1", "t"], "no price known"),
         (
             &["run", "-C", ws, "-m", "scripted:x", "--sandbox", "loose", "t"],
             "invalid value 'loose'",
