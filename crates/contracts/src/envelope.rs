@@ -19,7 +19,7 @@ pub const REFUSAL_NOT_IN_WRITES: &str =
 /// Refusal text for a call the user (or an approval rule) denied.
 pub const REFUSAL_PERMISSION_DENIED: &str = "refused: permission was denied for this call; do not retry it, report what you would have done";
 /// Refusal text for a `request_boundary` the user denied; the turn ends there.
-pub const REFUSAL_BOUNDARY_DENIED: &str = "refused: the user denied widening the boundary; the turn ends here. Do not retry with a wider request";
+pub const REFUSAL_BOUNDARY_DENIED: &str = "refused: widening the boundary was denied; the turn ends here. Do not retry with a wider request";
 /// Result text for a call withheld by shadow mode.
 pub const REFUSAL_SHADOW: &str = "shadow_denied: this session runs in shadow mode; the call was recorded as an intent and not executed";
 

@@ -336,7 +336,7 @@ impl<'a> CallState<'a> {
             return Ok(None);
         };
         if answer == PermissionAnswer::Deny {
-            self.denied = Some("the user denied widening the boundary".to_owned());
+            self.denied = Some("widening the boundary was denied".to_owned());
             return Ok(Some(ToolOutput {
                 outcome: Outcome::Refused,
                 content: keel_contracts::REFUSAL_BOUNDARY_DENIED.to_owned(),
