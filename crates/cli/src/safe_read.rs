@@ -97,20 +97,14 @@ pub(crate) fn read(path: &Path, rules: Rules<'_>) -> Outcome {
     Outcome::Bytes(bytes)
 }
 
-/// `text` with control characters and BiDi overrides made visible (`\u{1b}`), so a name or
+/// `text` with control characters and BiDi overrides made visible (`\x1b`), so a name or
 /// message that came with a repository cannot drive the terminal; newlines are kept only
 /// when `keep_newlines` (multi-line error text).
 pub(crate) fn visible(text: &str, keep_newlines: bool) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if (c == '\n' && keep_newlines) || !(c.is_control() || bidi) {
-            out.push(c);
-        } else {
-            out.extend(c.escape_default());
-        }
-    }
-    out
+    // One neutraliser for every terminal path (`terminal::neutralize`); on one line, the
+    // newlines and tabs it keeps are shown escaped too.
+    let shown = crate::terminal::neutralize(text);
+    if keep_newlines { shown.into_owned() } else { shown.replace('\n', "\\n").replace('\t', "\\t") }
 }
 
 /// Where the opened file really is: `/proc/self/fd/N` names the file the descriptor
@@ -167,7 +161,8 @@ mod tests {
 
     #[test]
     fn visible_escapes_controls_and_bidi_overrides() {
-        assert_eq!(visible("a\x1b[2Jb\u{202e}c\nd", false), "a\\u{1b}[2Jb\\u{202e}c\\nd");
+        assert_eq!(visible("a\x1b[2Jb\u{202e}c\nd", false), "a\\x1b[2Jb\\u{202e}c\\nd");
+        assert_eq!(visible("x\u{2028}y\u{061c}", false), "x\\u{2028}y\\u{61c}");
         assert_eq!(visible("line\nnext\r", true), "line\nnext\\r");
     }
 }

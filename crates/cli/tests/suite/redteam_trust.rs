@@ -976,8 +976,8 @@ fn redteam_trust_hostile_names_cannot_drive_the_terminal() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let message = stderr(&output);
     assert!(!message.contains('\x1b') && !message.contains('\x07'), "{message:?}");
-    assert!(message.contains("ignored `mcp_servers.x\\u{1b}]0;owned\\u{7}"), "{message}");
-    assert!(message.contains("evil\\u{1b}[2Jname"), "{message}");
+    assert!(message.contains("ignored `mcp_servers.x\\x1b]0;owned\\x07"), "{message}");
+    assert!(message.contains("evil\\x1b[2Jname"), "{message}");
     let shown = env.run(&["config", "-C", ws.to_str().unwrap()]);
     assert!(!stdout(&shown).contains('\x1b'), "{:?}", stdout(&shown));
     // The neighbour: the answer itself is printed as it is.
