@@ -14,24 +14,16 @@ macro_rules! outln {
 
 mod app;
 mod args;
-mod config;
 mod config_show;
-mod failpoints;
 mod habits;
-mod instructions;
 mod mcp;
-mod outbox;
 mod output;
-mod permission;
-mod plant_key;
-mod pricing;
-mod provider;
-mod safe_read;
 mod seal;
-mod terminal;
-mod tokens;
 mod trust;
 mod view;
+
+// The composition root's modules, under the names the commands use.
+use keel_host::{config, safe_read, terminal};
 
 use std::process::ExitCode;
 

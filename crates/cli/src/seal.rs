@@ -3,13 +3,8 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use keel_contracts::{
-    ApproxCounter, EventKind, ModelClient, ModelError, ModelErrorKind, ModelInfo, ModelRequest,
-    ModelResponse, PermissionAnswer, RuntimeEvent, SessionId, Store, StreamDelta, SystemClock,
-    UuidV7Ids,
-};
-use keel_kernel::{Kernel, KernelDeps, KernelError, StaticPermissions};
+use keel_contracts::{EventKind, RuntimeEvent, SessionId, Store};
+use keel_kernel::KernelError;
 
 use crate::app::{exit, usage};
 use crate::output::Printer;
@@ -35,19 +30,10 @@ pub(crate) async fn seal(
         .filter(|reason| !reason.is_empty())
         .unwrap_or_else(|| DEFAULT_REASON.to_owned());
     // Sealing runs no agent code: the kernel gets no tools and a model that is never asked.
-    let kernel = Kernel::new(KernelDeps {
+    let kernel = keel_host::root::inert_kernel(
         store,
-        model: Arc::new(NoModel),
-        tools: Vec::new(),
-        clock: Arc::new(SystemClock),
-        ids: Arc::new(UuidV7Ids),
-        permissions: Arc::new(StaticPermissions(PermissionAnswer::Deny)),
-        observer: Arc::new(Printer::new(
-            crate::args::OutputFormat::Text,
-            crate::view::Verbosity::Normal,
-        )),
-        counter: Arc::new(ApproxCounter),
-    })?;
+        Arc::new(Printer::new(crate::args::OutputFormat::Text, crate::view::Verbosity::Normal)),
+    )?;
     match kernel.seal_session(session_id, &reason).await {
         Ok(_) => {
             eprintln!(
@@ -84,28 +70,5 @@ pub(crate) fn refuse_sealed(session_id: SessionId, events: &[RuntimeEvent]) -> a
              `keel log {session_id}` still shows its ledger"
         ))),
         None => Ok(()),
-    }
-}
-
-/// The model of a kernel that only seals: sealing never asks a model anything.
-#[derive(Debug)]
-struct NoModel;
-
-#[async_trait]
-impl ModelClient for NoModel {
-    fn info(&self) -> ModelInfo {
-        ModelInfo { provider: "none".into(), model: "none".into(), context_window: None }
-    }
-
-    async fn complete(
-        &self,
-        _request: &ModelRequest,
-        _on_delta: &(dyn Fn(StreamDelta) + Send + Sync),
-    ) -> Result<ModelResponse, ModelError> {
-        Err(ModelError::new(
-            ModelErrorKind::InvalidRequest,
-            None,
-            "keel seal runs no model".to_owned(),
-        ))
     }
 }

@@ -13,10 +13,10 @@ use keel_providers::{
 /// A usage or configuration problem (exit status 2).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub(crate) struct UsageError(pub(crate) String);
+pub struct UsageError(pub String);
 
 /// Builds the model client for `spec`.
-pub(crate) fn model_client(
+pub fn model_client(
     spec: &str,
     base_url: Option<&str>,
     context_window: Option<u64>,
@@ -117,7 +117,7 @@ fn openai_config(model: &str, base_url: Option<&str>, context_window: Option<u64
 /// The endpoint [`model_client`] uses for `spec`: `base_url` (flag or config), else the
 /// provider's environment variable, else its default; `None` for scripted models and specs
 /// keel cannot parse.
-pub(crate) fn effective_base_url(spec: &str, base_url: Option<&str>) -> Option<String> {
+pub fn effective_base_url(spec: &str, base_url: Option<&str>) -> Option<String> {
     let (provider, _) = spec.split_once(':')?;
     let (variable, default) = match provider {
         "openai" | "openai-responses" => ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
@@ -136,7 +136,7 @@ pub(crate) fn effective_base_url(spec: &str, base_url: Option<&str>) -> Option<S
 /// and without query parameters whose names look like credentials (`key`, `api-key`,
 /// `token`, `sig`, `secret`, `password`, `auth`, `credential`, `session`); other
 /// parameters (`api-version`) stay.
-pub(crate) fn recordable_base_url(url: &str) -> String {
+pub fn recordable_base_url(url: &str) -> String {
     let url = url.split_once('#').map_or(url, |(before, _)| before);
     let (before_query, query) = match url.split_once('?') {
         Some((before, query)) => (before, Some(query)),

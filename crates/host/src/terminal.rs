@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 /// controls (U+0080–U+009F, which some terminals read as `ESC`-sequences) and the BiDi
 /// and line-separator controls (U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069,
 /// U+2028, U+2029) as `\u{…}`. Borrows when nothing needs escaping.
-pub(crate) fn neutralize(text: &str) -> Cow<'_, str> {
+pub fn neutralize(text: &str) -> Cow<'_, str> {
     if !text.chars().any(needs_escape) {
         return Cow::Borrowed(text);
     }
@@ -39,7 +39,7 @@ pub(crate) fn neutralize(text: &str) -> Cow<'_, str> {
 /// `text` neutralised and on one line (newlines shown as `⏎`), at most `max_chars`
 /// characters of the original, with `…` when clipped. Reads no more of `text` than it
 /// shows: results may be megabytes.
-pub(crate) fn one_line(text: &str, max_chars: usize) -> String {
+pub fn one_line(text: &str, max_chars: usize) -> String {
     let mut out = String::new();
     let mut chars = text.chars();
     for c in chars.by_ref().take(max_chars) {
@@ -59,7 +59,7 @@ pub(crate) fn one_line(text: &str, max_chars: usize) -> String {
 /// `text` neutralised, as at most `max_lines` lines (each at most `max_chars`
 /// characters), the last ones when `tail`, else the first ones; a note says how many
 /// were left out. The lines contain no newline, so a caller can prefix each with a frame.
-pub(crate) fn block(text: &str, max_lines: usize, max_chars: usize, tail: bool) -> Vec<String> {
+pub fn block(text: &str, max_lines: usize, max_chars: usize, tail: bool) -> Vec<String> {
     let all: Vec<&str> = text.lines().collect();
     let n_lines = all.len();
     let shown: Vec<&str> = if n_lines <= max_lines {
@@ -82,7 +82,7 @@ pub(crate) fn block(text: &str, max_lines: usize, max_chars: usize, tail: bool) 
 }
 
 /// `… 3 more lines` (or `… 1 more line`).
-pub(crate) fn more_lines(n: usize) -> String {
+pub fn more_lines(n: usize) -> String {
     format!("… {n} more line{}", if n == 1 { "" } else { "s" })
 }
 
@@ -117,8 +117,8 @@ fn push_escape(out: &mut String, c: char) {
 /// keel's own colours, added after text is neutralised; none when `enabled` is false
 /// (not a terminal, or `NO_COLOR`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Paint {
-    pub(crate) enabled: bool,
+pub struct Paint {
+    pub enabled: bool,
 }
 
 impl Paint {
@@ -126,27 +126,27 @@ impl Paint {
         if self.enabled { format!("\x1b[{code}m{text}\x1b[0m") } else { text.to_owned() }
     }
 
-    pub(crate) fn red(self, text: &str) -> String {
+    pub fn red(self, text: &str) -> String {
         self.wrap("31", text)
     }
 
-    pub(crate) fn green(self, text: &str) -> String {
+    pub fn green(self, text: &str) -> String {
         self.wrap("32", text)
     }
 
-    pub(crate) fn yellow(self, text: &str) -> String {
+    pub fn yellow(self, text: &str) -> String {
         self.wrap("33", text)
     }
 
-    pub(crate) fn cyan(self, text: &str) -> String {
+    pub fn cyan(self, text: &str) -> String {
         self.wrap("36", text)
     }
 
-    pub(crate) fn dim(self, text: &str) -> String {
+    pub fn dim(self, text: &str) -> String {
         self.wrap("2", text)
     }
 
-    pub(crate) fn bold(self, text: &str) -> String {
+    pub fn bold(self, text: &str) -> String {
         self.wrap("1", text)
     }
 }

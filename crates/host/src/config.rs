@@ -35,31 +35,31 @@ const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 /// Keys of a config file. Unknown keys are errors, so typos do not pass silently.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ConfigFile {
-    pub(crate) model: Option<String>,
-    pub(crate) base_url: Option<String>,
-    pub(crate) max_steps: Option<u32>,
-    pub(crate) max_tokens: Option<u64>,
-    pub(crate) max_cost_usd: Option<f64>,
-    pub(crate) max_time: Option<String>,
+pub struct ConfigFile {
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    pub max_steps: Option<u32>,
+    pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<f64>,
+    pub max_time: Option<String>,
     /// How deep sub-agents may nest (default 1: children, no grandchildren; 0: none).
-    pub(crate) max_agent_depth: Option<u32>,
-    pub(crate) approval: Option<String>,
-    pub(crate) sandbox: Option<String>,
-    pub(crate) mode: Option<String>,
+    pub max_agent_depth: Option<u32>,
+    pub approval: Option<String>,
+    pub sandbox: Option<String>,
+    pub mode: Option<String>,
     #[serde(default)]
-    pub(crate) envelope: EnvelopeConfig,
+    pub envelope: EnvelopeConfig,
     #[serde(default)]
-    pub(crate) permissions: PermissionsConfig,
+    pub permissions: PermissionsConfig,
     /// `[mcp_servers.NAME]`: MCP servers whose tools join the built-in ones.
     #[serde(default)]
-    pub(crate) mcp_servers: BTreeMap<String, keel_mcp::McpServerConfig>,
+    pub mcp_servers: BTreeMap<String, keel_mcp::McpServerConfig>,
     /// `[[outbox]]`: sinks the ledger is mirrored to (user file only).
     #[serde(default)]
-    pub(crate) outbox: Vec<keel_outbox::SinkConfig>,
+    pub outbox: Vec<keel_outbox::SinkConfig>,
     /// `[shell]`: what commands get (user file only).
     #[serde(default)]
-    pub(crate) shell: ShellConfig,
+    pub shell: ShellConfig,
 }
 
 /// `[shell]`: `env = ["NAME", ...]`, environment variables `bash` commands inherit in
@@ -67,40 +67,40 @@ pub(crate) struct ConfigFile {
 /// `GITHUB_TOKEN` here would hand it to every command.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ShellConfig {
+pub struct ShellConfig {
     #[serde(default)]
-    pub(crate) env: Vec<String>,
+    pub env: Vec<String>,
 }
 
 /// `[permissions]`: rules such as `bash(git status*)` that pre-answer consent.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct PermissionsConfig {
+pub struct PermissionsConfig {
     #[serde(default)]
-    pub(crate) allow: Vec<String>,
+    pub allow: Vec<String>,
     #[serde(default)]
-    pub(crate) deny: Vec<String>,
+    pub deny: Vec<String>,
 }
 
 /// `[envelope]`.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct EnvelopeConfig {
-    pub(crate) reads: Option<ScopeValue>,
-    pub(crate) writes: Option<ScopeValue>,
-    pub(crate) forbid: Option<Vec<String>>,
+pub struct EnvelopeConfig {
+    pub reads: Option<ScopeValue>,
+    pub writes: Option<ScopeValue>,
+    pub forbid: Option<Vec<String>>,
 }
 
 /// `"all"` or a list of tool names.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
-pub(crate) enum ScopeValue {
+pub enum ScopeValue {
     Text(String),
     List(Vec<String>),
 }
 
 impl ScopeValue {
-    pub(crate) fn to_scope(&self) -> keel_contracts::Scope {
+    pub fn to_scope(&self) -> keel_contracts::Scope {
         match self {
             ScopeValue::Text(text) => keel_contracts::Scope::parse(text),
             ScopeValue::List(names) => {
@@ -121,7 +121,7 @@ impl ScopeValue {
 
 /// Where keel keeps its data: `KEEL_HOME`, else `$XDG_DATA_HOME/keel`, else
 /// `~/.local/share/keel`.
-pub(crate) fn keel_home() -> anyhow::Result<PathBuf> {
+pub fn keel_home() -> anyhow::Result<PathBuf> {
     if let Some(home) = std::env::var_os("KEEL_HOME").filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(home));
     }
@@ -139,13 +139,13 @@ static CONFIG_FLAG: OnceLock<PathBuf> = OnceLock::new();
 
 /// Makes `FILE` (from `--config FILE`) the user's config for this process, instead of the
 /// default user files. Called once, before anything is loaded.
-pub(crate) fn use_config_file(path: PathBuf) {
+pub fn use_config_file(path: PathBuf) {
     let _ = CONFIG_FLAG.set(path);
 }
 
 /// The user's config folder: `$XDG_CONFIG_HOME/keel` (when absolute), else
 /// `~/.config/keel`; `None` without either variable.
-pub(crate) fn user_config_dir() -> Option<PathBuf> {
+pub fn user_config_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -175,7 +175,7 @@ fn user_files(home: &Path) -> Vec<(PathBuf, bool)> {
 }
 
 /// Parses a config file's bytes; `path` names it in errors.
-pub(crate) fn parse(bytes: &[u8], path: &Path) -> anyhow::Result<ConfigFile> {
+pub fn parse(bytes: &[u8], path: &Path) -> anyhow::Result<ConfigFile> {
     let text = std::str::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("invalid config {}: not UTF-8 text", path.display()))?;
     // The parse error quotes the file, which may be hostile: make its controls visible.
@@ -190,15 +190,16 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> anyhow::Result<ConfigFile> {
 
 /// A workspace's `.keel/config.toml`, read as hostile input: not through a symlink, only
 /// a regular file that resolves inside the workspace, at most 1 MiB, never blocking.
-pub(crate) struct WorkspaceFile {
+#[derive(Debug)]
+pub struct WorkspaceFile {
     /// `WORKSPACE/.keel/config.toml`.
-    pub(crate) path: PathBuf,
+    pub path: PathBuf,
     /// What reading it gave.
-    pub(crate) outcome: Outcome,
+    pub outcome: Outcome,
 }
 
 /// Reads `workspace`'s (canonical) `.keel/config.toml` (see [`WorkspaceFile`]).
-pub(crate) fn read_workspace_file(workspace: &Path) -> WorkspaceFile {
+pub fn read_workspace_file(workspace: &Path) -> WorkspaceFile {
     let path = workspace.join(".keel/config.toml");
     let rules = safe_read::Rules {
         cap: MAX_CONFIG_BYTES,
@@ -210,7 +211,7 @@ pub(crate) fn read_workspace_file(workspace: &Path) -> WorkspaceFile {
 }
 
 /// The keys of `file` that apply only from a trusted workspace file.
-pub(crate) fn gated_keys(file: &ConfigFile) -> Vec<String> {
+pub fn gated_keys(file: &ConfigFile) -> Vec<String> {
     let mut keys = Vec::new();
     if file.model.is_some() {
         keys.push("model".to_owned());
@@ -243,17 +244,17 @@ fn user_only_keys(file: &ConfigFile) -> Vec<String> {
 
 /// The merged config, with where each value came from and what was left out.
 #[derive(Debug, Default)]
-pub(crate) struct Loaded {
+pub struct Loaded {
     /// The settings to use (flags are applied later, by the command).
-    pub(crate) config: ConfigFile,
+    pub config: ConfigFile,
     /// Where each set key came from, by dotted name (`envelope.reads`, `mcp_servers.fs`).
-    pub(crate) origins: BTreeMap<String, String>,
+    pub origins: BTreeMap<String, String>,
     /// Workspace keys that were not applied, each with why.
-    pub(crate) ignored: Vec<(String, String)>,
+    pub ignored: Vec<(String, String)>,
     /// Each file considered, with its state (`user file`, `PATH (absent)`).
-    pub(crate) files: Vec<(&'static str, String)>,
+    pub files: Vec<(&'static str, String)>,
     /// Lines to print once on stderr.
-    pub(crate) notes: Vec<String>,
+    pub notes: Vec<String>,
 }
 
 impl Loaded {
@@ -277,7 +278,7 @@ impl Loaded {
 }
 
 /// The user's files and the workspace file, merged (module docs), with the notes to print.
-pub(crate) fn load(home: &Path, workspace: &Path) -> anyhow::Result<Loaded> {
+pub fn load(home: &Path, workspace: &Path) -> anyhow::Result<Loaded> {
     let mut loaded = Loaded::default();
     let mut user_label = None;
     for (path, required) in user_files(home) {
@@ -388,7 +389,7 @@ pub(crate) fn load(home: &Path, workspace: &Path) -> anyhow::Result<Loaded> {
 
 /// [`load`], with its notes printed once on stderr: what `run`, `resume`, `compact` and
 /// `mcp list` use.
-pub(crate) fn load_merged(home: &Path, workspace: &Path) -> anyhow::Result<ConfigFile> {
+pub fn load_merged(home: &Path, workspace: &Path) -> anyhow::Result<ConfigFile> {
     let loaded = load(home, workspace)?;
     for note in &loaded.notes {
         eprintln!("{}", safe_read::visible(note, false));
@@ -486,10 +487,10 @@ fn narrow(loaded: &mut Loaded, local: &ConfigFile, label: &str, shown: &str) -> 
     );
 
     if let Some(text) = &local.max_time {
-        let Some(wanted) = crate::app::parse_duration(text) else {
+        let Some(wanted) = crate::root::parse_duration(text) else {
             bail!("invalid config {shown}: max_time '{text}' is not a duration such as 90s or 10m");
         };
-        let current = loaded.config.max_time.as_deref().map(crate::app::parse_duration);
+        let current = loaded.config.max_time.as_deref().map(crate::root::parse_duration);
         match current {
             // The user's own value is invalid: keep it so its error is reported.
             Some(None) => {}

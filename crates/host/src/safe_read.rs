@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// The outcome of [`read`].
 #[derive(Debug)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// Nothing at that path.
     Missing,
     /// The file's bytes (at most the cap).
@@ -25,17 +25,17 @@ pub(crate) enum Outcome {
 
 /// How [`read`] treats the path.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Rules<'a> {
+pub struct Rules<'a> {
     /// Largest file read, in bytes; a larger one is skipped, not truncated.
-    pub(crate) cap: u64,
+    pub cap: u64,
     /// Whether a symlink as the final component is followed (else it is skipped).
-    pub(crate) follow_symlink: bool,
+    pub follow_symlink: bool,
     /// A canonical folder the opened file must resolve inside.
-    pub(crate) confine_to: Option<&'a Path>,
+    pub confine_to: Option<&'a Path>,
 }
 
 /// Reads `path` under `rules`. Never blocks on a FIFO or device and never panics.
-pub(crate) fn read(path: &Path, rules: Rules<'_>) -> Outcome {
+pub fn read(path: &Path, rules: Rules<'_>) -> Outcome {
     let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
     if !rules.follow_symlink {
         flags |= libc::O_NOFOLLOW;
@@ -100,7 +100,7 @@ pub(crate) fn read(path: &Path, rules: Rules<'_>) -> Outcome {
 /// `text` with control characters and BiDi overrides made visible (`\x1b`), so a name or
 /// message that came with a repository cannot drive the terminal; newlines are kept only
 /// when `keep_newlines` (multi-line error text).
-pub(crate) fn visible(text: &str, keep_newlines: bool) -> String {
+pub fn visible(text: &str, keep_newlines: bool) -> String {
     // One neutraliser for every terminal path (`terminal::neutralize`); on one line, the
     // newlines and tabs it keeps are shown escaped too.
     let shown = crate::terminal::neutralize(text);

@@ -13,11 +13,11 @@ const BUILT_IN: &str = include_str!("../prices.toml");
 
 /// Prices by `provider:model`.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct PriceTable(BTreeMap<String, Price>);
+pub struct PriceTable(BTreeMap<String, Price>);
 
 impl PriceTable {
     /// The built-in table with the user's file (if any) laid over it.
-    pub(crate) fn load(keel_home: &Path) -> anyhow::Result<PriceTable> {
+    pub fn load(keel_home: &Path) -> anyhow::Result<PriceTable> {
         let mut table: BTreeMap<String, Price> =
             toml::from_str(BUILT_IN).context("the built-in price table is invalid")?;
         let user = keel_home.join("prices.toml");
@@ -36,7 +36,7 @@ impl PriceTable {
     }
 
     /// The price of `provider:model`, trying the name without a `-YYYYMMDD` suffix too.
-    pub(crate) fn get(&self, provider: &str, model: &str) -> Option<Price> {
+    pub fn get(&self, provider: &str, model: &str) -> Option<Price> {
         let exact = format!("{provider}:{model}");
         if let Some(price) = self.0.get(&exact) {
             return Some(*price);

@@ -16,7 +16,7 @@ const KEY_BYTES: usize = 32;
 
 /// Loads (or makes) the key under `home` and hands it to keel-sandbox, unless `home` is
 /// inside `workspace` (both canonical when they exist). Errors leave the key unset.
-pub(crate) fn install(home: &Path, workspace: &Path) {
+pub fn install(home: &Path, workspace: &Path) {
     let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
     if home.starts_with(workspace) {
         return;

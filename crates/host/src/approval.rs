@@ -1,5 +1,7 @@
-//! How consent is answered for a `keel` run (`--approval ask|auto|sandboxed|deny`), and the
-//! prompt at the terminal.
+//! How consent is answered for a run (`--approval ask|auto|sandboxed|deny`): the policy
+//! ([`Approver`]), shared by `keel run` and `keel serve`, and the person it asks: the
+//! prompt at the terminal ([`TerminalPrompt`]) for the CLI, the ledger and HTTP for the
+//! host (`crate::serve`).
 //!
 //! Two rules hold in every mode (DESIGN.md §5):
 //! - **A wider boundary needs a person.** `request_boundary` is never approved by a blanket
@@ -23,36 +25,37 @@ use keel_kernel::{PermissionHook, PermissionRequest};
 use crate::terminal::one_line;
 
 /// The intrinsic tool that asks to widen the boundary.
-pub(crate) const REQUEST_BOUNDARY: &str = "request_boundary";
+pub const REQUEST_BOUNDARY: &str = "request_boundary";
 
 /// Who refused a call when keel chose `deny` only because nobody can answer (no
 /// terminal, no `--approval`). The view shows it with the refused call, so the notice
 /// appears only when a call is actually refused for it.
-pub(crate) const BY_NO_TERMINAL: &str =
+pub const BY_NO_TERMINAL: &str =
     "no terminal to ask: pass --approval sandboxed (or auto) to let such calls run headless";
 
 /// The answer policy of one run. See the module doc.
 #[derive(Debug)]
-pub(crate) struct Approver {
+pub struct Approver {
     /// The mode asked for.
-    pub(crate) mode: ApprovalMode,
+    pub mode: ApprovalMode,
     /// Whether `mode` is `deny` only because there is no terminal (nothing was chosen).
-    pub(crate) implicit: bool,
-    /// Whether a person can answer at this terminal.
-    pub(crate) terminal: bool,
+    pub implicit: bool,
+    /// Who answers when a person must: the terminal prompt, the host's remote approvals;
+    /// `None` when nobody can (headless).
+    pub person: Option<Arc<dyn PermissionHook>>,
     /// The run's sandbox: `sandboxed` approves nothing when it is `bypass`.
-    pub(crate) sandbox: SandboxMode,
+    pub sandbox: SandboxMode,
     /// The workspace root (canonical).
-    pub(crate) workspace: PathBuf,
+    pub workspace: PathBuf,
     /// `request_boundary(PATTERN)` rules from the user's config: the patterns.
-    pub(crate) boundary_patterns: Vec<String>,
+    pub boundary_patterns: Vec<String>,
     /// The ledger, to see whether the session's boundary was widened before.
-    pub(crate) store: Arc<dyn Store>,
+    pub store: Arc<dyn Store>,
 }
 
 impl Approver {
     /// The `request_boundary(PATTERN)` patterns among the user's allow rules.
-    pub(crate) fn boundary_patterns(allow: &[String]) -> Vec<String> {
+    pub fn boundary_patterns(allow: &[String]) -> Vec<String> {
         allow
             .iter()
             .filter_map(|rule| {
@@ -144,15 +147,19 @@ impl Approver {
         }
     }
 
+    /// `ask`: the person answers; with nobody to ask, deny (fail closed).
+    async fn ask_person(&self, request: &PermissionRequest<'_>) -> (PermissionAnswer, String) {
+        self.prompt_or_refuse(request, "approval=ask, and nobody to ask".to_owned()).await
+    }
+
     async fn prompt_or_refuse(
         &self,
         request: &PermissionRequest<'_>,
         why: String,
     ) -> (PermissionAnswer, String) {
-        if self.terminal {
-            TerminalPrompt.decide(request).await
-        } else {
-            (PermissionAnswer::Deny, why)
+        match &self.person {
+            Some(person) => person.decide(request).await,
+            None => (PermissionAnswer::Deny, why),
         }
     }
 }
@@ -171,7 +178,7 @@ impl PermissionHook for Approver {
                 return (PermissionAnswer::AllowOnce, rule);
             }
             return match self.mode {
-                ApprovalMode::Ask => TerminalPrompt.decide(request).await,
+                ApprovalMode::Ask => self.ask_person(request).await,
                 ApprovalMode::Auto | ApprovalMode::Sandboxed => {
                     let why = format!(
                         "approval={mode}: a wider boundary needs a person; answer at a \
@@ -186,7 +193,7 @@ impl PermissionHook for Approver {
             };
         }
         match self.mode {
-            ApprovalMode::Ask => TerminalPrompt.decide(request).await,
+            ApprovalMode::Ask => self.ask_person(request).await,
             ApprovalMode::Auto => (PermissionAnswer::AllowOnce, "approval=auto".to_owned()),
             ApprovalMode::Sandboxed => match self.contained(request).await {
                 Ok(()) => (PermissionAnswer::AllowOnce, "approval=sandboxed".to_owned()),
@@ -267,7 +274,7 @@ fn wildcard_match(pattern: &[u8], text: &[u8]) -> bool {
 
 /// Asks on stderr and reads the answer from the terminal.
 #[derive(Debug, Default)]
-pub(crate) struct TerminalPrompt;
+pub struct TerminalPrompt;
 
 /// Lines of one argument value shown in a prompt.
 const PROMPT_VALUE_LINES: usize = 12;
@@ -278,14 +285,14 @@ const PROMPT_LINE_CHARS: usize = 200;
 
 impl TerminalPrompt {
     /// Whether a person can answer: stdin and stderr are terminals.
-    pub(crate) fn available() -> bool {
+    pub fn available() -> bool {
         std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
     }
 
     /// The question for one request. Every line from the call is neutralised and starts
     /// with `│ `; only the first line (`┌ keel asks…`) and the last (`└ Allow? …`) are
     /// keel's own, so nothing in the call can erase, overwrite or imitate them.
-    pub(crate) fn question(request: &PermissionRequest<'_>) -> String {
+    pub fn question(request: &PermissionRequest<'_>) -> String {
         let tool = one_line(request.tool, 60);
         let mut lines = vec![format!(
             "┌ keel asks to run {tool} ({} access) with these arguments:",

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use async_trait::async_trait;
 use keel_kernel::{Failpoint, Failpoints, Kernel};
 
-use crate::app::usage;
+use crate::root::usage;
 
 /// The environment variable that names the failpoint.
 const VARIABLE: &str = "KEEL_FAILPOINT";
@@ -35,7 +35,7 @@ const MARKER: &str = "keel-failpoint-reached";
 /// # Errors
 ///
 /// A usage error when the variable is set but is not `NAME` or `NAME:N` with `N >= 1`.
-pub(crate) fn install(kernel: Kernel) -> anyhow::Result<Kernel> {
+pub fn install(kernel: Kernel) -> anyhow::Result<Kernel> {
     let text = match std::env::var(VARIABLE) {
         Ok(text) if !text.trim().is_empty() => text,
         Ok(_) | Err(std::env::VarError::NotPresent) => return Ok(kernel),

@@ -19,17 +19,13 @@ use crate::config::ConfigFile;
 
 /// The configured mirror, if any sink is configured.
 #[derive(Debug)]
-pub(crate) struct Outbox {
+pub struct Outbox {
     mirror: Option<Arc<Mirror>>,
 }
 
 /// Starts mirroring `store` to the sinks of `config`; cursors live in
 /// `KEEL_HOME/outbox`.
-pub(crate) fn start(
-    config: &ConfigFile,
-    home: &Path,
-    store: Arc<dyn Store>,
-) -> anyhow::Result<Outbox> {
+pub fn start(config: &ConfigFile, home: &Path, store: Arc<dyn Store>) -> anyhow::Result<Outbox> {
     if config.outbox.is_empty() {
         return Ok(Outbox { mirror: None });
     }
@@ -37,7 +33,7 @@ pub(crate) fn start(
     let mirror =
         Mirror::from_config(store, &config.outbox, mirror_config).map_err(|error| match error {
             keel_outbox::OpenError::Config(config) => {
-                crate::app::usage(format!("config: {config}"))
+                crate::root::usage(format!("config: {config}"))
             }
             other => anyhow::Error::new(other),
         });
@@ -47,7 +43,7 @@ pub(crate) fn start(
 
 impl Outbox {
     /// `inner`, also waking the mirror for every durable event.
-    pub(crate) fn observer(&self, inner: Arc<dyn Observer>) -> Arc<dyn Observer> {
+    pub fn observer(&self, inner: Arc<dyn Observer>) -> Arc<dyn Observer> {
         match &self.mirror {
             Some(mirror) => Arc::new(Notifying { inner, mirror: mirror.clone() }),
             None => inner,
@@ -55,7 +51,7 @@ impl Outbox {
     }
 
     /// `kernel`, flushing the mirror before every terminal event.
-    pub(crate) fn install(&self, kernel: Kernel) -> Kernel {
+    pub fn install(&self, kernel: Kernel) -> Kernel {
         match &self.mirror {
             Some(mirror) => kernel.with_outbox(Arc::new(Hook(mirror.clone()))),
             None => kernel,
@@ -64,7 +60,7 @@ impl Outbox {
 
     /// Delivers what this process recorded (terminal events included), bounded like the
     /// kernel's flush; says on stderr which sinks are behind.
-    pub(crate) async fn finish(&self) {
+    pub async fn finish(&self) {
         let Some(mirror) = &self.mirror else { return };
         match tokio::time::timeout(OUTBOX_FLUSH_TIMEOUT, mirror.flush_known()).await {
             Ok(lags) => {

@@ -17,13 +17,13 @@ use keel_kernel::Instruction;
 use crate::safe_read::{self, Outcome};
 
 /// Largest instruction file put into the system prompt, in bytes.
-pub(crate) const MAX_INSTRUCTIONS_BYTES: u64 = 64 * 1024;
+pub const MAX_INSTRUCTIONS_BYTES: u64 = 64 * 1024;
 
 const FILE_NAME: &str = "AGENTS.md";
 
 /// The instruction files for a run in `workspace` (canonical), user's first; skipped files
 /// are noted on stderr.
-pub(crate) fn load(workspace: &Path, denied: &keel_contracts::DeniedPaths) -> Vec<Instruction> {
+pub fn load(workspace: &Path, denied: &keel_contracts::DeniedPaths) -> Vec<Instruction> {
     let current = std::env::current_dir().ok().and_then(|dir| dir.canonicalize().ok());
     let (instructions, notes) =
         collect(crate::config::user_config_dir().as_deref(), workspace, current.as_deref(), denied);

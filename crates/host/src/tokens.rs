@@ -41,7 +41,7 @@ fn cl100k() -> Option<&'static CoreBPE> {
 
 /// The counter for `provider:model`: o200k_base for GPT-4o, GPT-4.1, GPT-5 and the o-series,
 /// cl100k_base for GPT-4 and GPT-3.5 (OpenAI's published encodings), else the approximation.
-pub(crate) fn counter_for(provider: &str, model: &str) -> Arc<dyn TokenCounter> {
+pub fn counter_for(provider: &str, model: &str) -> Arc<dyn TokenCounter> {
     let openai = matches!(provider, "openai" | "openai-responses");
     let model = model.rsplit('/').next().unwrap_or(model);
     let modern = ["gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o"];
@@ -59,7 +59,7 @@ pub(crate) fn counter_for(provider: &str, model: &str) -> Arc<dyn TokenCounter> 
 }
 
 /// Known context windows in tokens, from the providers' model pages (2026-11).
-pub(crate) fn known_window(provider: &str, model: &str) -> Option<u64> {
+pub fn known_window(provider: &str, model: &str) -> Option<u64> {
     let model = model.rsplit('/').next().unwrap_or(model);
     let table: &[(&str, &str, u64)] = &[
         ("openai", "gpt-4o", 128_000),
