@@ -251,3 +251,55 @@ fn redteam_otlp_a_down_collector_never_changes_the_run_nor_shows_its_headers() {
     assert!(!received.is_empty());
     assert_eq!(received[0].headers["authorization"], "Bearer hunter2-token");
 }
+
+#[test]
+fn a_sub_agent_is_its_own_trace_linked_to_the_spawn_agent_span() {
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::write(ws.join("notes.txt"), "the answer is 42\n").unwrap();
+    let (collector, address) = Collector::start(StatusCode::OK);
+    write_user_config(&env, &otlp_table("traces", address));
+    let model = scripted(
+        &env,
+        r#"{
+            "steps": [
+                {"tool_calls":[{"name":"spawn_agent","arguments":{"task":"Find the answer."}}]},
+                {"text":"The child found 42."}
+            ],
+            "agents": {"Find the answer.": {"steps": [
+                {"tool_calls":[{"name":"read_file","arguments":{"path":"notes.txt"}}]},
+                {"text":"42"}
+            ]}}
+        }"#,
+    );
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--approval",
+        "auto",
+        "ask a child",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let spans = collector.spans();
+    let spawn = spans.iter().find(|span| span.name == "execute_tool spawn_agent").unwrap();
+    let agents: Vec<&Span> = spans.iter().filter(|span| span.name == "invoke_agent").collect();
+    assert_eq!(agents.len(), 2, "{:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
+    let parent = agents.iter().find(|span| span.trace_id == spawn.trace_id).unwrap();
+    let child = agents.iter().find(|span| span.trace_id != spawn.trace_id).unwrap();
+    assert_eq!(spawn.parent_span_id, parent.span_id);
+    assert!(child.parent_span_id.is_empty(), "the child's run is its own trace");
+    assert_eq!(child.links.len(), 1);
+    assert_eq!(child.links[0].trace_id, spawn.trace_id);
+    assert_eq!(child.links[0].span_id, spawn.span_id, "linked to the parent call");
+    assert_eq!(
+        attribute(child, "keel.parent.session_id"),
+        attribute(parent, "gen_ai.conversation.id")
+    );
+    // The child's own tool call is in the child's trace.
+    let read = spans.iter().find(|span| span.name == "execute_tool read_file").unwrap();
+    assert_eq!(read.trace_id, child.trace_id);
+    assert_eq!(read.parent_span_id, child.span_id);
+}
