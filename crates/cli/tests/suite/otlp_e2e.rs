@@ -28,13 +28,20 @@ struct Received {
 #[derive(Debug, Clone)]
 struct Collector {
     received: Arc<Mutex<Vec<Received>>>,
-    status: StatusCode,
+    /// Requests it refused (answered other than 2xx).
+    refused: Arc<Mutex<Vec<Received>>>,
+    /// What it answers; only requests answered 2xx are kept.
+    status: Arc<Mutex<StatusCode>>,
 }
 
 impl Collector {
     /// Serves on a loopback port from its own thread and runtime, answering `status`.
     fn start(status: StatusCode) -> (Collector, SocketAddr) {
-        let collector = Collector { received: Arc::default(), status };
+        let collector = Collector {
+            received: Arc::default(),
+            refused: Arc::default(),
+            status: Arc::new(Mutex::new(status)),
+        };
         let state = collector.clone();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -49,6 +56,10 @@ impl Collector {
             });
         });
         (collector, address)
+    }
+
+    fn answer(&self, status: StatusCode) {
+        *self.status.lock().unwrap() = status;
     }
 
     fn received(&self) -> Vec<Received> {
@@ -74,12 +85,14 @@ async fn receive(
     headers: HeaderMap,
     body: Bytes,
 ) -> StatusCode {
-    collector.received.lock().unwrap().push(Received {
-        path: uri.path().to_owned(),
-        headers,
-        body: body.to_vec(),
-    });
-    collector.status
+    let status = *collector.status.lock().unwrap();
+    let received = Received { path: uri.path().to_owned(), headers, body: body.to_vec() };
+    if status.is_success() {
+        collector.received.lock().unwrap().push(received);
+    } else {
+        collector.refused.lock().unwrap().push(received);
+    }
+    status
 }
 
 fn attribute(span: &Span, key: &str) -> Option<String> {
@@ -224,7 +237,7 @@ fn redteam_otlp_standard_variables_alone_declare_no_sink() {
 }
 
 #[test]
-fn redteam_otlp_a_down_collector_never_changes_the_run_nor_shows_its_headers() {
+fn redteam_otlp_a_down_collector_never_changes_the_run_nor_shows_its_headers_and_is_caught_up() {
     let env = Env::new();
     let ws = env.workspace();
     let (collector, address) = Collector::start(StatusCode::SERVICE_UNAVAILABLE);
@@ -247,9 +260,31 @@ fn redteam_otlp_a_down_collector_never_changes_the_run_nor_shows_its_headers() {
     // The run itself is whole in the ledger, and the collector did see the header.
     let events = json_lines(&output);
     assert_eq!(events.last().unwrap()["kind"], "run_completed");
-    let received = collector.received();
-    assert!(!received.is_empty());
-    assert_eq!(received[0].headers["authorization"], "Bearer hunter2-token");
+    let session = events[0]["session_id"].as_str().unwrap().to_owned();
+    let refused = collector.refused.lock().unwrap().clone();
+    assert!(!refused.is_empty());
+    assert_eq!(refused[0].headers["authorization"], "Bearer hunter2-token");
+    assert!(collector.spans().is_empty());
+
+    // The collector comes back: the next keel process (another session) delivers the
+    // first session's spans too, each once, in order.
+    collector.answer(StatusCode::OK);
+    let done = scripted(&env, r#"{"steps":[{"text":"done"}]}"#);
+    let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &done, "hello"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(!stderr(&output).contains("is behind"), "{}", stderr(&output));
+    let first: Vec<Span> = collector
+        .spans()
+        .into_iter()
+        .filter(|span| attribute(span, "gen_ai.conversation.id").as_deref() == Some(&session))
+        .collect();
+    let names: Vec<&str> = first.iter().map(|span| span.name.as_str()).collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(names[0].starts_with("chat ") && names[0] == names[2], "{names:?}");
+    assert_eq!([names[1], names[3]], ["execute_tool read_file", "invoke_agent"]);
+    let ids: std::collections::BTreeSet<&Vec<u8>> =
+        first.iter().map(|span| &span.span_id).collect();
+    assert_eq!(ids.len(), 4, "once per span id");
 }
 
 #[test]
