@@ -350,8 +350,8 @@ fn metrics_request(observations: &[Observation]) -> ExportMetricsServiceRequest 
                 .iter()
                 .map(|(key, value)| kv(key, value.clone()))
                 .collect::<Vec<KeyValue>>(),
-            start_time_unix_nano: points.iter().map(|point| point.start).min().unwrap_or(0),
-            time_unix_nano: points.iter().map(|point| point.end).max().unwrap_or(0),
+            start_time_unix_nano: points.iter().map(|point| point.start_unix_ns).min().unwrap_or(0),
+            time_unix_nano: points.iter().map(|point| point.end_unix_ns).max().unwrap_or(0),
             count: points.len() as u64,
             sum: Some(values.clone().sum()),
             bucket_counts: buckets,
@@ -444,8 +444,8 @@ mod tests {
             metric: MetricKind::TokenUsage,
             value,
             attributes: vec![("gen_ai.token.type".into(), "input".into())],
-            start: 10,
-            end: 20,
+            start_unix_ns: 10,
+            end_unix_ns: 20,
         };
         let request = metrics_request(&[observation(3.0), observation(4.0), observation(1e9)]);
         let metric = &request.resource_metrics[0].scope_metrics[0].metrics[0];

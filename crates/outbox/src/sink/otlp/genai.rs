@@ -44,8 +44,8 @@ pub(crate) struct Observation {
     /// The series' attributes, sorted by key.
     pub(crate) attributes: Vec<(String, String)>,
     /// When the measured operation started and ended (Unix ns).
-    pub(crate) start: u64,
-    pub(crate) end: u64,
+    pub(crate) start_unix_ns: u64,
+    pub(crate) end_unix_ns: u64,
 }
 
 /// The two GenAI client histograms.
@@ -81,7 +81,7 @@ pub(crate) struct Fold {
 #[derive(Debug, Clone)]
 struct RunState {
     turn_id: Option<TurnId>,
-    start: u64,
+    start_unix_ns: u64,
     resumes: Option<RunId>,
     provider: Option<String>,
     model: Option<String>,
@@ -97,7 +97,7 @@ struct RunState {
 #[derive(Debug, Clone)]
 struct OpenChat {
     seq: Seq,
-    start: u64,
+    start_unix_ns: u64,
     step: u32,
     purpose: RequestPurpose,
     retry_error: Option<String>,
@@ -106,7 +106,7 @@ struct OpenChat {
 #[derive(Debug, Clone)]
 struct OpenAttempt {
     call_id: ToolCallId,
-    start: u64,
+    start_unix_ns: u64,
 }
 
 impl Fold {
@@ -140,7 +140,7 @@ impl Fold {
                     run_id,
                     RunState {
                         turn_id: event.turn_id,
-                        start: ts,
+                        start_unix_ns: ts,
                         resumes: *resumes,
                         provider: None,
                         model: None,
@@ -173,7 +173,7 @@ impl Fold {
                 }
                 run.chat = Some(OpenChat {
                     seq: event.seq,
-                    start: ts,
+                    start_unix_ns: ts,
                     step: *step,
                     purpose: *purpose,
                     retry_error: None,
@@ -204,7 +204,7 @@ impl Fold {
                 }
                 let open = run.chat.take().unwrap_or(OpenChat {
                     seq: event.seq,
-                    start: ts,
+                    start_unix_ns: ts,
                     step: 0,
                     purpose: RequestPurpose::Conversation,
                     retry_error: None,
@@ -242,8 +242,8 @@ impl Fold {
                             metric: MetricKind::TokenUsage,
                             value: figure as f64,
                             attributes,
-                            start: open.start,
-                            end: ts,
+                            start_unix_ns: open.start_unix_ns,
+                            end_unix_ns: ts,
                         });
                     }
                 }
@@ -251,8 +251,10 @@ impl Fold {
             }
             EventKind::ToolAttemptPrepared { call_id, attempt_id, .. } => {
                 if let Some(run) = self.run(event.run_id) {
-                    run.attempts
-                        .insert(*attempt_id, OpenAttempt { call_id: call_id.clone(), start: ts });
+                    run.attempts.insert(
+                        *attempt_id,
+                        OpenAttempt { call_id: call_id.clone(), start_unix_ns: ts },
+                    );
                 }
             }
             EventKind::ToolResult { call_id, attempt_id, tool, outcome, content, .. } => {
@@ -286,7 +288,7 @@ impl Fold {
                     span_id(&["execute_tool", &run_id.to_string(), call_id.as_str()]),
                     format!("execute_tool {tool}"),
                     span::SpanKind::Internal,
-                    attempt.start,
+                    attempt.start_unix_ns,
                 );
                 span.attr("gen_ai.operation.name", "execute_tool");
                 span.attr("gen_ai.tool.name", tool.clone());
@@ -315,7 +317,9 @@ impl Fold {
                 let closed = match outcome {
                     Outcome::Ok => span.close_ok(ts),
                     // Its effect is unknown and so is its end: the span claims no duration.
-                    Outcome::Indeterminate => span.close_failed(attempt.start, "indeterminate"),
+                    Outcome::Indeterminate => {
+                        span.close_failed(attempt.start_unix_ns, "indeterminate")
+                    }
                     other => span.close_failed(ts, other.as_str()),
                 };
                 if *outcome != Outcome::Indeterminate {
@@ -325,10 +329,10 @@ impl Fold {
                     series.sort();
                     out.observations.push(Observation {
                         metric: MetricKind::OperationDuration,
-                        value: seconds(attempt.start, ts),
+                        value: seconds(attempt.start_unix_ns, ts),
                         attributes: series,
-                        start: attempt.start,
-                        end: ts,
+                        start_unix_ns: attempt.start_unix_ns,
+                        end_unix_ns: ts,
                     });
                 }
                 out.spans.push(closed);
@@ -379,7 +383,7 @@ impl Fold {
             agent_span_id(run_id),
             "invoke_agent".into(),
             span::SpanKind::Internal,
-            run.start,
+            run.start_unix_ns,
         );
         span.parent = Vec::new();
         span.attr("gen_ai.operation.name", "invoke_agent");
@@ -461,7 +465,7 @@ struct Building {
     parent: Vec<u8>,
     name: String,
     kind: span::SpanKind,
-    start: u64,
+    start_unix_ns: u64,
     attributes: Vec<KeyValue>,
     links: Vec<span::Link>,
     events: Vec<span::Event>,
@@ -476,7 +480,7 @@ impl Building {
         id: [u8; 8],
         name: String,
         kind: span::SpanKind,
-        start: u64,
+        start_unix_ns: u64,
     ) -> Building {
         let mut building = Building {
             trace: run_id.0.as_bytes().to_vec(),
@@ -484,7 +488,7 @@ impl Building {
             parent: agent_span_id(run_id).to_vec(),
             name,
             kind,
-            start,
+            start_unix_ns,
             attributes: Vec::new(),
             links: Vec::new(),
             events: Vec::new(),
@@ -559,8 +563,8 @@ impl Building {
             parent_span_id: self.parent,
             name: self.name,
             kind: self.kind as i32,
-            start_time_unix_nano: self.start,
-            end_time_unix_nano: end.max(self.start),
+            start_time_unix_nano: self.start_unix_ns,
+            end_time_unix_nano: end.max(self.start_unix_ns),
             attributes: self.attributes,
             links: self.links,
             events: self.events,
@@ -606,10 +610,10 @@ impl ChatBuilding {
         attributes.sort();
         Observation {
             metric: MetricKind::OperationDuration,
-            value: seconds(self.inner.start, end),
+            value: seconds(self.inner.start_unix_ns, end),
             attributes,
-            start: self.inner.start,
-            end,
+            start_unix_ns: self.inner.start_unix_ns,
+            end_unix_ns: end,
         }
     }
     fn close_ok(self, end: u64) -> (Span, Observation) {
@@ -639,7 +643,7 @@ fn chat_span(
         span_id(&["chat", &run_id.to_string(), &open.seq.0.to_string()]),
         name,
         span::SpanKind::Client,
-        open.start,
+        open.start_unix_ns,
     );
     inner.attr("gen_ai.operation.name", "chat");
     inner.attr("gen_ai.provider.name", provider.clone());
