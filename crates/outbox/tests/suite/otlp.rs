@@ -573,9 +573,12 @@ async fn content_is_exported_only_when_the_sink_opts_in() {
 #[tokio::test]
 async fn small_batches_and_fresh_sinks_yield_the_same_spans() {
     let whole = deliver_all(&one_run(), 100, "").await.spans();
-    // Batches of 2: spans start in one batch and end in another.
-    let split = deliver_all(&one_run(), 2, "").await.spans();
-    assert_eq!(whole, split);
+    assert_eq!(whole.len(), 4);
+    // Small batches: spans start in one batch and end in another.
+    for max_batch in [1, 2, 3, 5, 7] {
+        let split = deliver_all(&one_run(), max_batch, "").await.spans();
+        assert_eq!(whole, split, "max_batch = {max_batch}");
+    }
 }
 
 #[tokio::test]

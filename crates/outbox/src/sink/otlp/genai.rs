@@ -753,3 +753,29 @@ fn capped_json(value: &serde_json::Value) -> serde_json::Value {
     let text = value.to_string();
     if text.len() > CONTENT_CAP { serde_json::Value::String(cap(text)) } else { value.clone() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn span_ids_are_stable_unambiguous_and_never_zero() {
+        let run = RunId(uuid::Uuid::from_u128(7));
+        assert_eq!(agent_span_id(run), agent_span_id(run));
+        assert_ne!(span_id(&["ab", "c"]), span_id(&["a", "bc"]), "parts are length-prefixed");
+        assert_ne!(
+            span_id(&["chat", &run.to_string(), "5"]),
+            span_id(&["chat", &run.to_string(), "6"])
+        );
+        assert_ne!(span_id(&[]), [0; 8]);
+    }
+
+    #[test]
+    fn content_is_cut_on_a_char_boundary() {
+        let text = "é".repeat(CONTENT_CAP);
+        let cut = cap(text);
+        assert!(cut.len() <= CONTENT_CAP + "…[truncated]".len());
+        assert!(cut.ends_with("…[truncated]"));
+        assert_eq!(cap("short".into()), "short");
+    }
+}
