@@ -13,7 +13,7 @@ use anyhow::Context;
 use async_trait::async_trait;
 use keel_contracts::{RuntimeEvent, SessionId, Store, StreamDelta, SystemClock};
 use keel_kernel::{Kernel, OUTBOX_FLUSH_TIMEOUT, Observer};
-use keel_outbox::{Mirror, MirrorConfig};
+use keel_outbox::{Mirror, MirrorConfig, OtlpEnv};
 
 use crate::config::ConfigFile;
 
@@ -23,13 +23,17 @@ pub struct Outbox {
     mirror: Option<Arc<Mirror>>,
 }
 
-/// Starts mirroring `store` to the sinks of `config`; cursors live in
+/// Starts mirroring `store` to the sinks of `config` (the user's own `[[outbox]]` tables:
+/// a workspace file never adds one, see `crate::config`); cursors live in
 /// `KEEL_HOME/outbox`.
 pub fn start(config: &ConfigFile, home: &Path, store: Arc<dyn Store>) -> anyhow::Result<Outbox> {
     if config.outbox.is_empty() {
         return Ok(Outbox { mirror: None });
     }
-    let mirror_config = MirrorConfig::new(home.join("outbox"), Arc::new(SystemClock));
+    let mut mirror_config = MirrorConfig::new(home.join("outbox"), Arc::new(SystemClock));
+    // The standard exporter variables fill in what a user's `otlp` table leaves out; they
+    // never declare a sink by themselves.
+    mirror_config.otlp_env = OtlpEnv::from_process();
     let mirror =
         Mirror::from_config(store, &config.outbox, mirror_config).map_err(|error| match error {
             keel_outbox::OpenError::Config(config) => {

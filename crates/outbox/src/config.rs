@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_contracts::Clock;
+use keel_contracts::{Clock, Store};
 use serde::Deserialize;
 
 use crate::error::ConfigError;
-use crate::sink::{JsonlSink, Sink, WebhookSink};
+use crate::sink::{JsonlSink, OtlpEnv, OtlpHeaders, OtlpOptions, OtlpSink, Sink, WebhookSink};
 
 /// Events per webhook request when `max_batch` is not set.
 pub const DEFAULT_MAX_BATCH: usize = 100;
@@ -61,6 +61,8 @@ pub enum SinkKind {
     Jsonl,
     /// An HTTP webhook ([`WebhookSink`]).
     Webhook,
+    /// An OpenTelemetry collector over OTLP/HTTP ([`OtlpSink`]).
+    Otlp,
 }
 
 impl SinkKind {
@@ -69,6 +71,7 @@ impl SinkKind {
         match self {
             SinkKind::Jsonl => "jsonl",
             SinkKind::Webhook => "webhook",
+            SinkKind::Otlp => "otlp",
         }
     }
 }
@@ -87,6 +90,13 @@ impl SinkKind {
 /// url = "https://example.invalid/keel-events"
 /// max_batch = 50        # optional, events per request (default 100)
 /// timeout_ms = 5000     # optional, per request (default 5000)
+///
+/// [[outbox]]
+/// name = "traces"
+/// kind = "otlp"
+/// endpoint = "http://127.0.0.1:4318"   # else OTEL_EXPORTER_OTLP_ENDPOINT
+/// headers = { "x-api-key" = "…" }      # optional, over OTEL_EXPORTER_OTLP_HEADERS
+/// capture_content = false              # optional: messages, tool arguments and results
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -104,9 +114,29 @@ pub struct SinkConfig {
     /// Events per request (`webhook`).
     #[serde(default)]
     pub max_batch: Option<usize>,
-    /// Per-request timeout in milliseconds (`webhook`).
+    /// Per-request timeout in milliseconds (`webhook`, `otlp`).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// The collector's base URL (`otlp`; http or https, no credentials in it). Absent:
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Request headers (`otlp`), over those of `OTEL_EXPORTER_OTLP_HEADERS`.
+    #[serde(default)]
+    pub headers: Option<OtlpHeaders>,
+    /// Whether message text, tool arguments and tool results are exported (`otlp`; off
+    /// unless `true`).
+    #[serde(default)]
+    pub capture_content: Option<bool>,
+}
+
+/// What building a sink needs besides its table.
+#[derive(Debug, Clone)]
+pub struct BuildContext {
+    /// The ledger the mirror reads (an `otlp` sink reads back the start of a session).
+    pub store: Arc<dyn Store>,
+    /// The standard exporter variables an `otlp` sink falls back on.
+    pub otlp_env: OtlpEnv,
 }
 
 impl SinkConfig {
@@ -115,13 +145,26 @@ impl SinkConfig {
     /// # Errors
     ///
     /// [`ConfigError`] naming the sink and what is wrong: a bad name, a missing `path` or
-    /// `url`, a key of the other kind, a relative path, a URL that is not http(s), a zero
-    /// `max_batch` or `timeout_ms`, or an HTTP client that cannot be built.
-    pub fn build(&self) -> Result<(SinkName, Arc<dyn Sink>), ConfigError> {
+    /// `url` (or `endpoint` for `otlp`, from the table or `OTEL_EXPORTER_OTLP_ENDPOINT`), a
+    /// key of another kind, a relative path, a URL that is not http(s) or carries
+    /// credentials, a zero `max_batch` or `timeout_ms`, an invalid header (named, never its
+    /// value), or an HTTP client that cannot be built.
+    pub fn build(&self, context: &BuildContext) -> Result<(SinkName, Arc<dyn Sink>), ConfigError> {
         let name = SinkName::new(&self.name)?;
         let kind = self.kind.as_str();
         let unexpected = |key| ConfigError::UnexpectedKey { sink: self.name.clone(), kind, key };
         let missing = |key| ConfigError::MissingKey { sink: self.name.clone(), kind, key };
+        if self.kind != SinkKind::Otlp {
+            for (key, set) in [
+                ("endpoint", self.endpoint.is_some()),
+                ("headers", self.headers.is_some()),
+                ("capture_content", self.capture_content.is_some()),
+            ] {
+                if set {
+                    return Err(unexpected(key));
+                }
+            }
+        }
         let sink: Arc<dyn Sink> = match self.kind {
             SinkKind::Jsonl => {
                 if self.url.is_some() {
@@ -176,8 +219,84 @@ impl SinkConfig {
                 })?;
                 Arc::new(sink)
             }
+            SinkKind::Otlp => {
+                if self.path.is_some() {
+                    return Err(unexpected("path"));
+                }
+                if self.url.is_some() {
+                    return Err(unexpected("url"));
+                }
+                let endpoint = self
+                    .endpoint
+                    .as_deref()
+                    .or(context.otlp_env.endpoint.as_deref())
+                    .ok_or_else(|| missing("endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT)"))?;
+                let endpoint = self.http_url(endpoint)?;
+                if !endpoint.username().is_empty() || endpoint.password().is_some() {
+                    return Err(ConfigError::InvalidUrl {
+                        sink: self.name.clone(),
+                        reason: "credentials in the endpoint are refused; send them in `headers` \
+                                 or OTEL_EXPORTER_OTLP_HEADERS"
+                            .into(),
+                    });
+                }
+                let mut headers = match &context.otlp_env.headers {
+                    Some(text) => {
+                        OtlpHeaders::parse(text).map_err(|reason| ConfigError::InvalidHeaders {
+                            sink: self.name.clone(),
+                            reason: format!("OTEL_EXPORTER_OTLP_HEADERS: {reason}"),
+                        })?
+                    }
+                    None => OtlpHeaders::default(),
+                };
+                if let Some(own) = &self.headers {
+                    headers.0.extend(own.0.clone());
+                }
+                let options = OtlpOptions {
+                    endpoint,
+                    headers,
+                    capture_content: self.capture_content.unwrap_or(false),
+                    max_batch: self.positive_batch()?,
+                    timeout: self.timeout()?,
+                };
+                let sink = OtlpSink::new(options, context.store.clone()).map_err(|reason| {
+                    ConfigError::InvalidHeaders { sink: self.name.clone(), reason }
+                })?;
+                Arc::new(sink)
+            }
         };
         Ok((name, sink))
+    }
+}
+
+impl SinkConfig {
+    fn http_url(&self, text: &str) -> Result<reqwest::Url, ConfigError> {
+        let url = reqwest::Url::parse(text).map_err(|error| ConfigError::InvalidUrl {
+            sink: self.name.clone(),
+            reason: error.to_string(),
+        })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(ConfigError::InvalidUrl {
+                sink: self.name.clone(),
+                reason: format!("scheme '{}' is not http or https", url.scheme()),
+            });
+        }
+        Ok(url)
+    }
+
+    fn positive_batch(&self) -> Result<usize, ConfigError> {
+        match self.max_batch.unwrap_or(DEFAULT_MAX_BATCH) {
+            0 => Err(ConfigError::NotPositive { sink: self.name.clone(), key: "max_batch" }),
+            n => Ok(n),
+        }
+    }
+
+    fn timeout(&self) -> Result<Duration, ConfigError> {
+        match self.timeout_ms {
+            Some(0) => Err(ConfigError::NotPositive { sink: self.name.clone(), key: "timeout_ms" }),
+            Some(ms) => Ok(Duration::from_millis(ms)),
+            None => Ok(DEFAULT_WEBHOOK_TIMEOUT),
+        }
     }
 }
 
@@ -212,6 +331,9 @@ pub struct MirrorConfig {
     pub retry: RetryPolicy,
     /// Attempts per sink within one flush (at least 1).
     pub flush_attempts: u32,
+    /// The standard exporter variables `otlp` sinks fall back on (none unless set; keel
+    /// passes [`OtlpEnv::from_process`]).
+    pub otlp_env: OtlpEnv,
 }
 
 impl MirrorConfig {
@@ -224,6 +346,7 @@ impl MirrorConfig {
             poll_interval: Duration::from_secs(2),
             retry: RetryPolicy { first: Duration::from_millis(250), max: Duration::from_secs(30) },
             flush_attempts: 3,
+            otlp_env: OtlpEnv::default(),
         }
     }
 }

@@ -67,6 +67,14 @@ pub enum ConfigError {
         /// The key.
         key: &'static str,
     },
+    /// An `otlp` sink's headers are invalid (the reason names a header, never its value).
+    #[error("outbox sink '{sink}': invalid headers: {reason}")]
+    InvalidHeaders {
+        /// The sink.
+        sink: String,
+        /// Why.
+        reason: String,
+    },
     /// The HTTP client could not be built.
     #[error("outbox sink '{sink}': cannot build the HTTP client: {message}")]
     HttpClient {
@@ -114,14 +122,14 @@ pub enum DeliveryError {
         /// The I/O error.
         message: String,
     },
-    /// The webhook answered with a status other than 2xx.
-    #[error("webhook answered {status}")]
+    /// The endpoint (webhook or OTLP collector) answered with a status other than 2xx.
+    #[error("endpoint answered {status}")]
     Status {
         /// The HTTP status.
         status: u16,
     },
-    /// The webhook could not be reached, or the request timed out.
-    #[error("webhook request failed: {message}")]
+    /// The endpoint could not be reached, or the request timed out.
+    #[error("request failed: {message}")]
     Transport {
         /// The transport's message.
         message: String,

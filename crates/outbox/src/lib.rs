@@ -14,7 +14,10 @@
 //! Sinks: [`JsonlSink`] appends each event's JSON (exactly the [`RuntimeEvent`]
 //! serialization, one event per line) to a file and fsyncs once per batch;
 //! [`WebhookSink`] POSTs a JSON array of up to `max_batch` events and counts only a 2xx
-//! answer as delivered.
+//! answer as delivered; [`OtlpSink`] exports the OpenTelemetry GenAI spans and metrics
+//! (semantic conventions [`SEMCONV_VERSION`]) each batch closes, over OTLP/HTTP protobuf,
+//! with span ids derived from ledger identities so that a redelivered batch yields the
+//! same spans.
 //!
 //! Invariants:
 //! - **At least once, in seq order per session.** Each sink keeps a durable cursor per
@@ -59,9 +62,11 @@ mod mirror;
 mod sink;
 
 pub use config::{
-    DEFAULT_MAX_BATCH, DEFAULT_WEBHOOK_TIMEOUT, MirrorConfig, RetryPolicy, SinkConfig, SinkKind,
-    SinkName,
+    BuildContext, DEFAULT_MAX_BATCH, DEFAULT_WEBHOOK_TIMEOUT, MirrorConfig, RetryPolicy,
+    SinkConfig, SinkKind, SinkName,
 };
 pub use error::{ConfigError, DeliveryError, OpenError};
 pub use mirror::{Mirror, SinkLag};
-pub use sink::{JsonlSink, Sink, WebhookSink};
+pub use sink::{
+    JsonlSink, OtlpEnv, OtlpHeaders, OtlpOptions, OtlpSink, SEMCONV_VERSION, Sink, WebhookSink,
+};

@@ -15,7 +15,7 @@ use keel_contracts::{Seq, SessionId, SessionStatus, Store};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::config::{MirrorConfig, RetryPolicy, SinkConfig, SinkName};
+use crate::config::{BuildContext, MirrorConfig, RetryPolicy, SinkConfig, SinkName};
 use crate::cursor::CursorFile;
 use crate::error::{ConfigError, DeliveryError, OpenError};
 use crate::sink::Sink;
@@ -87,7 +87,9 @@ impl Mirror {
         configs: &[SinkConfig],
         config: MirrorConfig,
     ) -> Result<Mirror, OpenError> {
-        let sinks = configs.iter().map(SinkConfig::build).collect::<Result<Vec<_>, _>>()?;
+        let context = BuildContext { store: store.clone(), otlp_env: config.otlp_env.clone() };
+        let sinks =
+            configs.iter().map(|table| table.build(&context)).collect::<Result<Vec<_>, _>>()?;
         Mirror::start(store, sinks, config)
     }
 

@@ -1,7 +1,8 @@
-//! Where events go: the [`Sink`] trait and the two sinks keel configures,
-//! [`JsonlSink`] and [`WebhookSink`].
+//! Where events go: the [`Sink`] trait and the sinks keel configures,
+//! [`JsonlSink`], [`WebhookSink`] and [`OtlpSink`].
 
 mod jsonl;
+mod otlp;
 mod webhook;
 
 use std::fmt::Debug;
@@ -12,12 +13,15 @@ use keel_contracts::RuntimeEvent;
 use crate::error::DeliveryError;
 
 pub use jsonl::JsonlSink;
+pub use otlp::genai::SEMCONV_VERSION;
+pub use otlp::{OtlpEnv, OtlpHeaders, OtlpOptions, OtlpSink};
 pub use webhook::WebhookSink;
 
 /// An outside destination for ledger events.
 #[async_trait]
 pub trait Sink: Send + Sync + Debug {
-    /// Where it delivers (`jsonl:/var/log/keel.jsonl`, `webhook:https://…`). Cursors are
+    /// Where it delivers (`jsonl:/var/log/keel.jsonl`, `webhook:https://…`,
+    /// `otlp:http://…`). Cursors are
     /// kept per target: pointing a sink elsewhere starts its cursors afresh.
     fn target(&self) -> String;
 

@@ -7,6 +7,7 @@ mod exact_e2e;
 mod example;
 mod mcp_e2e;
 mod openai_e2e;
+mod otlp_e2e;
 mod outbox_e2e;
 mod postgres_e2e;
 mod providers_e2e;

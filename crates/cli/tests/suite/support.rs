@@ -26,6 +26,8 @@ impl Env {
             .env_remove("OPENAI_BASE_URL")
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("ANTHROPIC_BASE_URL")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_HEADERS")
             .stdin(Stdio::null());
         command
     }

@@ -71,7 +71,7 @@ impl Sink for WebhookSink {
 }
 
 /// The error and its causes, without the URL (it may carry a token).
-fn describe(error: reqwest::Error) -> String {
+pub(crate) fn describe(error: reqwest::Error) -> String {
     let error = error.without_url();
     let mut text = error.to_string();
     let mut source = error.source();

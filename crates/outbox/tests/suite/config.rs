@@ -2,15 +2,19 @@
 
 use std::sync::Arc;
 
-use keel_outbox::{Mirror, MirrorConfig, SinkConfig};
+use keel_outbox::{BuildContext, Mirror, MirrorConfig, OtlpEnv, SinkConfig};
 use keel_testkit::{FakeClock, MemStore};
 
 fn parse(text: &str) -> Result<SinkConfig, toml::de::Error> {
     toml::from_str(text)
 }
 
+fn context(otlp_env: OtlpEnv) -> BuildContext {
+    BuildContext { store: Arc::new(MemStore::new()), otlp_env }
+}
+
 fn build_error(text: &str) -> String {
-    match parse(text).unwrap().build() {
+    match parse(text).unwrap().build(&context(OtlpEnv::default())) {
         Ok(_) => panic!("accepted: {text}"),
         Err(error) => error.to_string(),
     }
@@ -20,13 +24,13 @@ fn build_error(text: &str) -> String {
 fn valid_tables_build_their_sinks() {
     let (name, sink) = parse("name = \"audit\"\nkind = \"jsonl\"\npath = \"/var/log/keel.jsonl\"")
         .unwrap()
-        .build()
+        .build(&context(OtlpEnv::default()))
         .unwrap();
     assert_eq!((name.as_str(), sink.target()), ("audit", "jsonl:/var/log/keel.jsonl".into()));
     let (_, sink) =
         parse("name = \"hook\"\nkind = \"webhook\"\nurl = \"https://example.invalid/x\"")
             .unwrap()
-            .build()
+            .build(&context(OtlpEnv::default()))
             .unwrap();
     assert_eq!(sink.target(), "webhook:https://example.invalid/x");
     assert_eq!(sink.max_batch(), keel_outbox::DEFAULT_MAX_BATCH);
@@ -57,7 +61,7 @@ fn invalid_tables_say_which_sink_and_why() {
         let error = build_error(text);
         assert!(error.contains(expected), "{text}: {error}");
     }
-    assert!(parse("name = \"a\"\nkind = \"otlp\"").is_err());
+    assert!(parse("name = \"a\"\nkind = \"kafka\"").is_err());
     assert!(parse("name = \"a\"\nkind = \"jsonl\"\npath = \"/x\"\nextra = 1").is_err());
 }
 
@@ -72,4 +76,57 @@ async fn two_sinks_cannot_share_a_name() {
     )
     .unwrap_err();
     assert_eq!(error.to_string(), "outbox sink 'audit' is declared twice");
+}
+
+#[test]
+fn otlp_tables_take_the_endpoint_from_the_table_or_the_standard_variable() {
+    let table =
+        parse("name = \"traces\"\nkind = \"otlp\"\nendpoint = \"http://127.0.0.1:4318\"").unwrap();
+    let from_env =
+        OtlpEnv { endpoint: Some("https://collector.invalid/otlp".into()), headers: None };
+    let (_, sink) = table.build(&context(from_env.clone())).unwrap();
+    assert_eq!(sink.target(), "otlp:http://127.0.0.1:4318/", "the table wins");
+    let bare = parse("name = \"traces\"\nkind = \"otlp\"").unwrap();
+    let (_, sink) = bare.build(&context(from_env)).unwrap();
+    assert_eq!(sink.target(), "otlp:https://collector.invalid/otlp");
+    let error = bare.build(&context(OtlpEnv::default())).err().unwrap().to_string();
+    assert!(error.contains("needs `endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT)`"), "{error}");
+}
+
+#[test]
+fn invalid_otlp_tables_say_why_and_never_show_a_header_value() {
+    let cases = [
+        (
+            "name = \"a\"\nkind = \"otlp\"\nendpoint = \"http://user:hunter2@h:4318\"",
+            "credentials in the endpoint are refused",
+        ),
+        ("name = \"a\"\nkind = \"otlp\"\nendpoint = \"ftp://h/\"", "is not http or https"),
+        (
+            "name = \"a\"\nkind = \"otlp\"\nendpoint = \"http://h/\"\nurl = \"http://h/\"",
+            "(otlp) does not take `url`",
+        ),
+        (
+            "name = \"a\"\nkind = \"webhook\"\nurl = \"http://h/\"\ncapture_content = true",
+            "(webhook) does not take `capture_content`",
+        ),
+        (
+            "name = \"a\"\nkind = \"jsonl\"\npath = \"/x\"\nendpoint = \"http://h/\"",
+            "(jsonl) does not take `endpoint`",
+        ),
+        (
+            "name = \"a\"\nkind = \"otlp\"\nendpoint = \"http://h/\"\n\
+             headers = { \"x-key\" = \"hunter2\\n\" }",
+            "header 'x-key' has a value that is not valid in HTTP",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = build_error(text);
+        assert!(error.contains(expected), "{text}: {error}");
+        assert!(!error.contains("hunter2"), "{error}");
+    }
+    let table = parse("name = \"a\"\nkind = \"otlp\"\nendpoint = \"http://h/\"").unwrap();
+    let env = OtlpEnv { endpoint: None, headers: Some("x-key=hunter2,broken".into()) };
+    let error = table.build(&context(env)).err().unwrap().to_string();
+    assert!(error.contains("OTEL_EXPORTER_OTLP_HEADERS: entry 2 has no `=`"), "{error}");
+    assert!(!error.contains("hunter2"), "{error}");
 }

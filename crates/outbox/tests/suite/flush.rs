@@ -73,7 +73,7 @@ async fn flush_gives_up_in_bounded_time_while_the_sink_is_down_and_delivers_once
         (lags[0].sink.as_str(), lags[0].session_id, lags[0].delivered),
         ("flaky", id, Seq(0))
     );
-    assert_eq!(lags[0].error, "webhook answered 503");
+    assert_eq!(lags[0].error, "endpoint answered 503");
     assert!(file_lines(&path).is_empty());
 
     // Known to be down: one attempt, no waiting.
