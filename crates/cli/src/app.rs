@@ -76,10 +76,38 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Trust { dir } => crate::trust::command(dir.as_deref()),
         Command::Config { options } => crate::config_show::show(&options),
+        Command::Acp { permission_timeout, options } => acp(&permission_timeout, &options).await,
         Command::Mcp { command: McpCommand::List { workspace } } => {
             mcp::list(workspace.as_deref()).await
         }
     }
+}
+
+/// `keel acp`: the ACP agent on stdio (the workspace is each session's cwd).
+async fn acp(permission_timeout: &str, options: &RunOptions) -> anyhow::Result<u8> {
+    if options.workspace.is_some()
+        || options.json
+        || options.output_format.is_some()
+        || options.quiet
+        || options.verbose
+    {
+        return Err(usage(
+            "keel acp takes no -C or output flags: the workspace is each session's cwd, and \
+             stdout carries the protocol",
+        ));
+    }
+    let permission_timeout = root::parse_duration(permission_timeout).ok_or_else(|| {
+        usage(format!(
+            "invalid --permission-timeout '{permission_timeout}': give a positive time with \
+             its unit, such as 90s or 5m"
+        ))
+    })?;
+    keel_host::acp::serve(keel_host::acp::AcpOptions {
+        settings: settings(options),
+        permission_timeout,
+    })
+    .await?;
+    Ok(exit::COMPLETED)
 }
 
 /// The root's settings from `keel run`/`resume`/`compact` flags.

@@ -113,6 +113,16 @@ pub(crate) enum Command {
         #[command(flatten)]
         options: RunOptions,
     },
+    /// An Agent Client Protocol agent on stdio, for editors (Zed, JetBrains, Neovim) and
+    /// acpx: each ACP session is a keel session in the client's cwd.
+    Acp {
+        /// How long a permission request may wait for the client's answer; then it is
+        /// denied, with that reason recorded.
+        #[arg(long, value_name = "DURATION", default_value = "5m")]
+        permission_timeout: String,
+        #[command(flatten)]
+        options: RunOptions,
+    },
     /// MCP servers from config.toml.
     Mcp {
         #[command(subcommand)]

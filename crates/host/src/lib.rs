@@ -13,6 +13,7 @@
 //!   the person it asks (the terminal, or remote approvals recorded in the ledger).
 #![forbid(unsafe_code)]
 
+pub mod acp;
 pub mod approval;
 pub mod config;
 pub mod failpoints;

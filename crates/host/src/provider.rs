@@ -36,7 +36,11 @@ pub fn model_client(
         "scripted" => {
             let model = ScriptedModel::from_path(Path::new(rest))
                 .map_err(|error| UsageError(error.to_string()))?;
-            Ok(Arc::new(model))
+            // `--context-window` applies to every model, the scripted one too.
+            Ok(match context_window {
+                Some(window) => Arc::new(Windowed { inner: model, window }),
+                None => Arc::new(model),
+            })
         }
         "openai" => {
             let config = openai_config(rest, base_url, context_window);
@@ -209,5 +213,27 @@ mod tests {
             effective_base_url("openai:gpt", Some("http://h/v1")).as_deref(),
             Some("http://h/v1")
         );
+    }
+}
+
+/// A scripted model with the window `--context-window` gave it.
+#[derive(Debug)]
+struct Windowed {
+    inner: ScriptedModel,
+    window: u64,
+}
+
+#[async_trait::async_trait]
+impl keel_contracts::ModelClient for Windowed {
+    fn info(&self) -> keel_contracts::ModelInfo {
+        keel_contracts::ModelInfo { context_window: Some(self.window), ..self.inner.info() }
+    }
+
+    async fn complete(
+        &self,
+        request: &keel_contracts::ModelRequest,
+        on_delta: &(dyn Fn(keel_contracts::StreamDelta) + Send + Sync),
+    ) -> Result<keel_contracts::ModelResponse, keel_contracts::ModelError> {
+        keel_contracts::ModelClient::complete(&self.inner, request, on_delta).await
     }
 }

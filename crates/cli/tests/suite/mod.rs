@@ -1,3 +1,4 @@
+mod acp_e2e;
 mod budgets_e2e;
 mod budgets_wire_e2e;
 mod cli_surface;

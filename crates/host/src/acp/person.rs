@@ -1,0 +1,136 @@
+//! The person an ACP session's [`crate::approval::Approver`] asks: the client, through
+//! `session/request_permission`.
+//!
+//! - `allow_once` allows the call; `allow_always` is a grant for this session
+//!   (`allow_session`); `reject_once` denies the call; `reject_always` denies it and every
+//!   later call of that tool in this session without asking (kept in the ledger as the
+//!   settlement's `by`, so it holds after `session/load` too).
+//! - The wait is bounded: no answer in time is a deny, and the reason is recorded.
+//! - A cancelled request (the turn was cancelled) is a deny.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use agent_client_protocol::Client;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
+    ToolCallUpdate, ToolCallUpdateFields,
+};
+use async_trait::async_trait;
+use keel_contracts::{EventKind, PermissionAnswer, RuntimeEvent};
+use keel_kernel::{PermissionHook, PermissionRequest};
+
+/// `by` of a settlement the client answered with `reject_always`.
+pub const BY_REJECT_ALWAYS: &str = "client: reject_always";
+
+/// Option ids offered in every request, and the answers they stand for.
+const OPTIONS: [(&str, &str, PermissionOptionKind); 4] = [
+    ("allow_once", "Allow once", PermissionOptionKind::AllowOnce),
+    ("allow_always", "Allow for this session", PermissionOptionKind::AllowAlways),
+    ("reject_once", "Reject", PermissionOptionKind::RejectOnce),
+    ("reject_always", "Reject for this session", PermissionOptionKind::RejectAlways),
+];
+
+/// Asks the ACP client. See the module doc.
+pub struct ClientPerson {
+    cx: ConnectionTo<Client>,
+    timeout: Duration,
+    rejected: Mutex<HashSet<String>>,
+}
+
+impl std::fmt::Debug for ClientPerson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientPerson").field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
+impl ClientPerson {
+    /// A person for one session; `history` is the session's ledger so far (the tools the
+    /// client rejected for the session stay rejected).
+    pub fn new(cx: ConnectionTo<Client>, timeout: Duration, history: &[RuntimeEvent]) -> Self {
+        let rejected = history
+            .iter()
+            .filter_map(|event| match &event.kind {
+                EventKind::PermissionSettled {
+                    tool, by, answer: PermissionAnswer::Deny, ..
+                } if by == BY_REJECT_ALWAYS => Some(tool.clone()),
+                _ => None,
+            })
+            .collect();
+        ClientPerson { cx, timeout, rejected: Mutex::new(rejected) }
+    }
+
+    fn rejected(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.rejected.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl PermissionHook for ClientPerson {
+    async fn decide(&self, request: &PermissionRequest<'_>) -> (PermissionAnswer, String) {
+        if self.rejected().contains(request.tool) {
+            return (
+                PermissionAnswer::Deny,
+                "client: reject_always, earlier in this session".to_owned(),
+            );
+        }
+        let call = ToolCallUpdate::new(
+            request.call_id.as_str().to_owned(),
+            ToolCallUpdateFields::new()
+                .title(super::render::title(request.tool, request.arguments))
+                .kind(super::render::kind_of(request.tool))
+                .raw_input(request.arguments.clone()),
+        );
+        let options = OPTIONS
+            .iter()
+            .map(|(id, name, kind)| PermissionOption::new(*id, *name, *kind))
+            .collect();
+        let sent = self.cx.send_request(RequestPermissionRequest::new(
+            request.session_id.to_string(),
+            call,
+            options,
+        ));
+        let answer = match tokio::time::timeout(self.timeout, sent.block_task()).await {
+            Err(_) => {
+                return (
+                    PermissionAnswer::Deny,
+                    format!(
+                        "client: no answer within {}s (permission timeout)",
+                        self.timeout.as_secs()
+                    ),
+                );
+            }
+            Ok(Err(error)) => {
+                let text = crate::terminal::one_line(&error.to_string(), 200);
+                return (PermissionAnswer::Deny, format!("client: the request failed: {text}"));
+            }
+            Ok(Ok(response)) => response.outcome,
+        };
+        match answer {
+            RequestPermissionOutcome::Selected(selected) => match &*selected.option_id.0 {
+                "allow_once" => (PermissionAnswer::AllowOnce, "client: allow_once".to_owned()),
+                "allow_always" => {
+                    (PermissionAnswer::AllowSession, "client: allow_always".to_owned())
+                }
+                "reject_once" => (PermissionAnswer::Deny, "client: reject_once".to_owned()),
+                "reject_always" => {
+                    self.rejected().insert(request.tool.to_owned());
+                    (PermissionAnswer::Deny, BY_REJECT_ALWAYS.to_owned())
+                }
+                other => (
+                    PermissionAnswer::Deny,
+                    format!(
+                        "client: unknown option '{}', taken as reject",
+                        crate::terminal::one_line(other, 60)
+                    ),
+                ),
+            },
+            RequestPermissionOutcome::Cancelled => {
+                (PermissionAnswer::Deny, "client: cancelled".to_owned())
+            }
+            _ => (PermissionAnswer::Deny, "client: an answer keel does not know".to_owned()),
+        }
+    }
+}
