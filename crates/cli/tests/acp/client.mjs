@@ -6,7 +6,7 @@
 //
 // Environment: KEEL_ACP_CLIENT_DIR (the folder with node_modules), KEEL_BIN, KEEL_ARGS (a
 // JSON array of arguments after `acp`), ACP_CWD (the session's cwd), ACP_SESSION (for
-// `load`), ACP_POLICY (`by-path`: reject a write whose path contains "denied", allow the
+// `load`), ACP_MCP (a JSON array: session/new's mcpServers), ACP_POLICY (`by-path`: reject a write whose path contains "denied", allow the
 // rest; `reject-all`: reject_always everything).
 //
 // Scenarios:
@@ -76,7 +76,8 @@ await app.connectWith(stream, async (ctx) => {
     seen.sessionId = sessionId;
     return;
   }
-  const { sessionId } = await ctx.request(acp.methods.agent.session.new, { cwd, mcpServers: [] });
+  const mcpServers = JSON.parse(process.env.ACP_MCP ?? "[]");
+  const { sessionId } = await ctx.request(acp.methods.agent.session.new, { cwd, mcpServers });
   seen.sessionId = sessionId;
   const first = await prompt(ctx, sessionId, "Write approved.txt and denied.txt.");
   seen.stops.push(first.stopReason);

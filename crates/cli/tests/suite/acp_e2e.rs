@@ -448,3 +448,31 @@ fn redteam_acp_injected_write_rejected_always_by_the_client_stays_rejected() {
     assert!(results.iter().any(|u| u["status"] == "completed"
         && u["content"][0]["content"]["text"].as_str().is_some_and(|t| t.contains("IMPORTANT"))));
 }
+
+#[test]
+fn acp_client_mcp_servers_run_as_the_users_and_their_calls_are_asked() {
+    let env = Env::new();
+    let ws = env.workspace().canonicalize().unwrap();
+    let servers = std::env::var_os("KEEL_MCP_SERVERS_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("crates/mcp/tests/servers"));
+    let everything =
+        servers.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(everything.is_file(), "the MCP test servers are not installed: run scripts/test");
+    let mcp = json!([{"name": "every thing", "command": "node",
+        "args": [everything, "stdio"], "env": []}]);
+    let script = r#"{"steps":[
+      {"tool_calls":[{"name":"mcp__acp_every_thing__echo","arguments":{"message":"from the editor's server"}}]},
+      {"text":"echoed","expect":{"last_outcomes":["ok"],"contains":["Echo: from the editor's server"]}}]}"#;
+    let args = scripted_args(&env, "mcp.json", script);
+    let seen = run_client(&env, "one", &args, &ws, &[("ACP_MCP", &mcp.to_string())]);
+    assert_eq!(seen["stops"], json!(["end_turn"]), "{seen}");
+    // Declared by the client, so started without `keel trust`; still asked before it ran.
+    let asked = seen["permissions"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "{seen}");
+    assert_eq!(asked[0]["title"], "mcp__acp_every_thing__echo");
+    let results = updates_of(&seen, "tool_call_update");
+    assert!(results.iter().any(|u| u["status"] == "completed"
+        && u["content"][0]["content"]["text"].as_str().is_some_and(|t| t.contains("Echo: from"))));
+}

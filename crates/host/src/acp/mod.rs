@@ -502,7 +502,7 @@ fn prompt_text(blocks: &[ContentBlock]) -> String {
     parts.join("\n")
 }
 
-/// A client-declared MCP server as a `[mcp_servers.NAME]` table, named `acp-NAME`.
+/// A client-declared MCP server as a `[mcp_servers.NAME]` table, named `acp_NAME`.
 fn client_mcp_server(
     server: &McpServer,
 ) -> Result<(String, keel_mcp::McpServerConfig), agent_client_protocol::Error> {
@@ -521,15 +521,18 @@ fn client_mcp_server(
         }
         _ => return Err(invalid_params("only stdio and http MCP servers are supported")),
     };
-    let clean: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
-        .take(40)
-        .collect();
+    // Letters and digits, single underscores between them: tool names are
+    // `mcp__SERVER__TOOL`, so a name must not carry `__`.
+    let clean = name
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("_");
+    let clean: String = clean.chars().take(40).collect();
     if clean.is_empty() {
-        return Err(invalid_params("an MCP server needs a name"));
+        return Err(invalid_params("an MCP server needs a name of letters or digits"));
     }
-    Ok((format!("acp-{clean}"), config))
+    Ok((format!("acp_{clean}"), config))
 }
 
 /// The observer of a session's runs: each durable event, rendered, to the client.
