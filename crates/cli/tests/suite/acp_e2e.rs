@@ -476,3 +476,45 @@ fn acp_client_mcp_servers_run_as_the_users_and_their_calls_are_asked() {
     assert!(results.iter().any(|u| u["status"] == "completed"
         && u["content"][0]["content"]["text"].as_str().is_some_and(|t| t.contains("Echo: from"))));
 }
+
+/// One prompt through `keel acp ARGS`; its stop reason and the session's ledger.
+fn stop_reason_of(env: &Env, args: &[String]) -> (Value, Vec<Value>) {
+    let ws = env.workspace().canonicalize().unwrap();
+    let mut raw = Raw::start(env, args);
+    raw.initialize();
+    let session = raw.new_session(2, &ws)["result"]["sessionId"].as_str().unwrap().to_owned();
+    raw.send(&json!({"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":session,"prompt":[{"type":"text","text":"list"}]}}).to_string());
+    let answer = raw.response(3);
+    drop(raw.stdin.take());
+    raw.wait_exit(Duration::from_secs(20));
+    (answer, keel_log(env, &session))
+}
+
+const LISTING: &str = r#"{"steps":[
+  {"tool_calls":[{"name":"list_dir","arguments":{"path":"."}}],"usage":{"input_tokens":600,"output_tokens":10}},
+  {"tool_calls":[{"name":"list_dir","arguments":{"path":"."}}],"usage":{"input_tokens":700,"output_tokens":10}},
+  {"text":"Report: listed.","usage":{"input_tokens":800,"output_tokens":10}},
+  {"text":"Report: listed.","usage":{"input_tokens":800,"output_tokens":10}}]}"#;
+
+#[test]
+fn acp_stop_reasons_name_the_budget_that_ended_the_turn() {
+    let env = Env::new();
+    let mut args = scripted_args(&env, "steps.json", LISTING);
+    args.extend(["--max-steps".to_owned(), "2".to_owned()]);
+    let (answer, events) = stop_reason_of(&env, &args);
+    assert_eq!(answer["result"]["stopReason"], "max_turn_requests", "{answer}");
+    assert_eq!(of_kind(&events, "run_suspended").len(), 1, "{events:#?}");
+
+    let env = Env::new();
+    let mut args = scripted_args(&env, "tokens.json", LISTING);
+    args.extend(["--max-tokens".to_owned(), "1000".to_owned()]);
+    let (answer, events) = stop_reason_of(&env, &args);
+    assert_eq!(answer["result"]["stopReason"], "max_tokens", "{answer}");
+    assert_eq!(of_kind(&events, "run_suspended").len(), 1, "{events:#?}");
+
+    // The neighbour: no budget reached is an ordinary end of turn.
+    let env = Env::new();
+    let args = scripted_args(&env, "free.json", LISTING);
+    let (answer, _) = stop_reason_of(&env, &args);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+}

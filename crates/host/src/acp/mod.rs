@@ -237,6 +237,7 @@ impl AcpAgent {
     ) -> Result<Assembly, agent_client_protocol::Error> {
         let person: Arc<dyn PermissionHook> = Arc::new(person::ClientPerson::new(
             cx.clone(),
+            session.clone(),
             self.options.permission_timeout,
             history,
         ));

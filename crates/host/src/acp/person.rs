@@ -9,7 +9,7 @@
 //! - A cancelled request (the turn was cancelled) is a deny.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use agent_client_protocol::Client;
@@ -19,7 +19,7 @@ use agent_client_protocol::v1::schema::{
     ToolCallUpdate, ToolCallUpdateFields,
 };
 use async_trait::async_trait;
-use keel_contracts::{EventKind, PermissionAnswer, RuntimeEvent};
+use keel_contracts::{EventKind, PermissionAnswer, RuntimeEvent, SessionId};
 use keel_kernel::{PermissionHook, PermissionRequest};
 
 /// `by` of a settlement the client answered with `reject_always`.
@@ -36,6 +36,7 @@ const OPTIONS: [(&str, &str, PermissionOptionKind); 4] = [
 /// Asks the ACP client. See the module doc.
 pub struct ClientPerson {
     cx: ConnectionTo<Client>,
+    session: Arc<OnceLock<SessionId>>,
     timeout: Duration,
     rejected: Mutex<HashSet<String>>,
 }
@@ -47,9 +48,15 @@ impl std::fmt::Debug for ClientPerson {
 }
 
 impl ClientPerson {
-    /// A person for one session; `history` is the session's ledger so far (the tools the
-    /// client rejected for the session stay rejected).
-    pub fn new(cx: ConnectionTo<Client>, timeout: Duration, history: &[RuntimeEvent]) -> Self {
+    /// A person for one session (its id in `session` once known); `history` is the
+    /// session's ledger so far (the tools the client rejected for the session stay
+    /// rejected). A child agent's request is asked in the session the client knows.
+    pub fn new(
+        cx: ConnectionTo<Client>,
+        session: Arc<OnceLock<SessionId>>,
+        timeout: Duration,
+        history: &[RuntimeEvent],
+    ) -> Self {
         let rejected = history
             .iter()
             .filter_map(|event| match &event.kind {
@@ -59,7 +66,7 @@ impl ClientPerson {
                 _ => None,
             })
             .collect();
-        ClientPerson { cx, timeout, rejected: Mutex::new(rejected) }
+        ClientPerson { cx, session, timeout, rejected: Mutex::new(rejected) }
     }
 
     fn rejected(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
@@ -87,11 +94,9 @@ impl PermissionHook for ClientPerson {
             .iter()
             .map(|(id, name, kind)| PermissionOption::new(*id, *name, *kind))
             .collect();
-        let sent = self.cx.send_request(RequestPermissionRequest::new(
-            request.session_id.to_string(),
-            call,
-            options,
-        ));
+        let session = self.session.get().copied().unwrap_or(request.session_id);
+        let sent =
+            self.cx.send_request(RequestPermissionRequest::new(session.to_string(), call, options));
         let answer = match tokio::time::timeout(self.timeout, sent.block_task()).await {
             Err(_) => {
                 return (
