@@ -202,8 +202,15 @@ struct Raw {
 
 impl Raw {
     fn start(env: &Env, args: &[String]) -> Raw {
-        let mut child = env
-            .keel()
+        Raw::start_with(env, args, &[])
+    }
+
+    fn start_with(env: &Env, args: &[String], vars: &[(&str, &str)]) -> Raw {
+        let mut command = env.keel();
+        for (key, value) in vars {
+            command.env(key, value);
+        }
+        let mut child = command
             .arg("acp")
             .args(args)
             .stdin(Stdio::piped())
@@ -517,4 +524,43 @@ fn acp_stop_reasons_name_the_budget_that_ended_the_turn() {
     let args = scripted_args(&env, "free.json", LISTING);
     let (answer, _) = stop_reason_of(&env, &args);
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+}
+
+/// A loopback OpenAI-compatible server whose model refuses: a `refusal` delta and `stop`.
+async fn refusing(_body: axum::body::Bytes) -> impl axum::response::IntoResponse {
+    let chunk = |delta: Value, finish: Option<&str>| {
+        let body = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+            "model": "gpt-test", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {body}\n\n")
+    };
+    let mut body = chunk(json!({"role": "assistant", "content": null}), None);
+    body.push_str(&chunk(json!({"refusal": "I can't help with that."}), None));
+    body.push_str(&chunk(json!({}), Some("stop")));
+    body.push_str("data: [DONE]\n\n");
+    ([(axum::http::header::CONTENT_TYPE, "text/event-stream")], body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_model_refusal_is_the_refusal_stop_reason() {
+    let app = axum::Router::new().route("/v1/chat/completions", axum::routing::post(refusing));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let answer = tokio::task::spawn_blocking(move || {
+        let env = Env::new();
+        let ws = env.workspace().canonicalize().unwrap();
+        let args: Vec<String> = ["-m", "openai:gpt-test", "--base-url"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([format!("http://{address}/v1")])
+            .collect();
+        let mut raw = Raw::start_with(&env, &args, &[("OPENAI_API_KEY", "sk-test")]);
+        raw.initialize();
+        let session = raw.new_session(2, &ws)["result"]["sessionId"].as_str().unwrap().to_owned();
+        raw.send(&json!({"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":session,"prompt":[{"type":"text","text":"something bad"}]}}).to_string());
+        raw.response(3)
+    })
+    .await
+    .unwrap();
+    assert_eq!(answer["result"]["stopReason"], "refusal", "{answer}");
 }
