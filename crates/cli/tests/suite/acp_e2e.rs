@@ -564,3 +564,50 @@ async fn acp_a_model_refusal_is_the_refusal_stop_reason() {
     .unwrap();
     assert_eq!(answer["result"]["stopReason"], "refusal", "{answer}");
 }
+
+#[test]
+fn acp_set_mode_switches_the_approval_mode_between_turns() {
+    let env = Env::new();
+    let ws = env.workspace().canonicalize().unwrap();
+    let script = r#"{"steps":[
+      {"tool_calls":[{"name":"write_file","arguments":{"path":"auto.txt","content":"a"}}]},
+      {"text":"wrote","expect":{"last_outcomes":["ok"]}},
+      {"tool_calls":[{"name":"write_file","arguments":{"path":"deny.txt","content":"d"}}]},
+      {"text":"refused","expect":{"last_outcomes":["refused"]}}]}"#;
+    let args = scripted_args(&env, "modes.json", script);
+    let mut raw = Raw::start(&env, &args);
+    raw.initialize();
+    let created = raw.new_session(2, &ws);
+    assert_eq!(created["result"]["modes"]["currentModeId"], "ask", "{created}");
+    let ids: Vec<&str> = created["result"]["modes"]["availableModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["ask", "sandboxed", "auto", "deny"]);
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    let set = |raw: &mut Raw, id: u64, mode: &str| {
+        raw.send(&json!({"jsonrpc":"2.0","id":id,"method":"session/set_mode","params":{"sessionId":session,"modeId":mode}}).to_string());
+        raw.response(id)
+    };
+    assert_eq!(set(&mut raw, 3, "yolo")["error"]["code"], -32602);
+    assert!(set(&mut raw, 4, "auto")["result"].is_object());
+    let prompt = |raw: &mut Raw, id: u64| {
+        raw.send(&json!({"jsonrpc":"2.0","id":id,"method":"session/prompt","params":{"sessionId":session,"prompt":[{"type":"text","text":"write"}]}}).to_string());
+        // No permission request may come: the answer is the next message with this id.
+        raw.until("the prompt's answer", |v| {
+            assert_ne!(v["method"], "session/request_permission", "asked under {v}");
+            v["id"] == id
+        })
+    };
+    assert_eq!(prompt(&mut raw, 5)["result"]["stopReason"], "end_turn");
+    assert!(ws.join("auto.txt").exists());
+    assert!(set(&mut raw, 6, "deny")["result"].is_object());
+    assert_eq!(prompt(&mut raw, 7)["result"]["stopReason"], "end_turn");
+    assert!(!ws.join("deny.txt").exists());
+    let events = keel_log(&env, &session);
+    let approvals: Vec<&Value> =
+        of_kind(&events, "run_started").iter().map(|e| &e["approval"]).collect();
+    assert_eq!(approvals, [&json!("auto"), &json!("deny")]);
+}

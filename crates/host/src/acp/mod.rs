@@ -23,14 +23,18 @@ use std::time::Duration;
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock, EmbeddedResourceResource, Implementation,
-    InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse,
-    LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest,
-    NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse, SessionCapabilities,
-    SessionInfo, SessionListCapabilities, SessionNotification, SessionUpdate, StopReason,
+    AgentCapabilities, CancelNotification, ContentBlock, CurrentModeUpdate,
+    EmbeddedResourceResource, Implementation, InitializeRequest, InitializeResponse,
+    ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
+    McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse, PromptCapabilities,
+    PromptRequest, PromptResponse, SessionCapabilities, SessionInfo, SessionListCapabilities,
+    SessionMode, SessionModeState, SessionNotification, SessionUpdate, SetSessionModeRequest,
+    SetSessionModeResponse, StopReason,
 };
 use agent_client_protocol::{Agent, Client, Stdio};
-use keel_contracts::{EventKind, FinishReason, RuntimeEvent, Seq, SessionId, Store, StreamDelta};
+use keel_contracts::{
+    ApprovalMode, EventKind, FinishReason, RuntimeEvent, Seq, SessionId, Store, StreamDelta,
+};
 use keel_kernel::{Cancellation, Observer, PermissionHook, SessionConfig, TurnOutcome};
 use tokio::task::JoinHandle;
 
@@ -85,8 +89,8 @@ pub async fn serve(options: AcpOptions) -> anyhow::Result<()> {
 }
 
 async fn connect(agent: Arc<AcpAgent>) -> Result<(), agent_client_protocol::Error> {
-    let (a1, a2, a3, a4, a5) =
-        (agent.clone(), agent.clone(), agent.clone(), agent.clone(), agent.clone());
+    let (a1, a2, a3, a4, a5, a6) =
+        (agent.clone(), agent.clone(), agent.clone(), agent.clone(), agent.clone(), agent.clone());
     Agent
         .v1()
         .name("keel")
@@ -150,6 +154,15 @@ async fn connect(agent: Arc<AcpAgent>) -> Result<(), agent_client_protocol::Erro
             },
             agent_client_protocol::on_receive_request!(),
         )
+        .on_receive_request(
+            async move |request: SetSessionModeRequest, responder, cx: ConnectionTo<Client>| {
+                match a6.set_mode(request, cx).await {
+                    Ok(response) => responder.respond(response),
+                    Err(error) => responder.respond_with_error(error),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
         .on_receive_notification(
             async move |notification: CancelNotification, _cx| {
                 a5.cancel(&notification);
@@ -174,6 +187,8 @@ struct AcpAgent {
 struct Live {
     id: SessionId,
     assembly: Assembly,
+    workspace: PathBuf,
+    mcp_servers: Vec<McpServer>,
     running: Mutex<Option<Cancellation>>,
     store: Arc<dyn Store>,
 }
@@ -226,8 +241,10 @@ impl AcpAgent {
     }
 
     /// Builds a session's kernel for `workspace` (and the session it continues).
+    #[allow(clippy::too_many_arguments)]
     async fn assemble(
         &self,
+        settings: &RunSettings,
         workspace: &Path,
         facts: Option<&SessionFacts<'_>>,
         mcp_servers: &[McpServer],
@@ -241,15 +258,9 @@ impl AcpAgent {
             self.options.permission_timeout,
             history,
         ));
-        let mut prepared = root::prepare(
-            &self.home,
-            workspace,
-            &self.options.settings,
-            facts,
-            &self.store,
-            Some(person),
-        )
-        .map_err(|error| root_error(&error))?;
+        let mut prepared =
+            root::prepare(&self.home, workspace, settings, facts, &self.store, Some(person))
+                .map_err(|error| root_error(&error))?;
         for server in mcp_servers {
             let (name, config) = client_mcp_server(server)?;
             prepared.config.mcp_servers.insert(name, config);
@@ -277,8 +288,10 @@ impl AcpAgent {
     ) -> Result<NewSessionResponse, agent_client_protocol::Error> {
         let workspace = Self::workspace(&request.cwd)?;
         let slot = Arc::new(OnceLock::new());
-        let assembly =
-            self.assemble(&workspace, None, &request.mcp_servers, &cx, &[], slot.clone()).await?;
+        let settings = &self.options.settings;
+        let assembly = self
+            .assemble(settings, &workspace, None, &request.mcp_servers, &cx, &[], slot.clone())
+            .await?;
         let resolved = &assembly.resolved;
         let id = assembly
             .kernel
@@ -292,14 +305,78 @@ impl AcpAgent {
             .await
             .map_err(internal)?;
         let _ = slot.set(id);
-        self.add(id, assembly);
-        Ok(NewSessionResponse::new(id.to_string()))
+        let modes = modes(assembly.resolved.run.approval);
+        self.add(id, assembly, workspace, request.mcp_servers);
+        Ok(NewSessionResponse::new(id.to_string()).modes(modes))
     }
 
-    fn add(&self, id: SessionId, assembly: Assembly) {
-        let live =
-            Arc::new(Live { id, assembly, running: Mutex::new(None), store: self.store.clone() });
-        lock(&self.sessions).insert(id, live);
+    /// Opens a session on this connection; the one it replaces, if any.
+    fn add(
+        &self,
+        id: SessionId,
+        assembly: Assembly,
+        workspace: PathBuf,
+        mcp_servers: Vec<McpServer>,
+    ) -> Option<Arc<Live>> {
+        let live = Arc::new(Live {
+            id,
+            assembly,
+            workspace,
+            mcp_servers,
+            running: Mutex::new(None),
+            store: self.store.clone(),
+        });
+        lock(&self.sessions).insert(id, live)
+    }
+
+    /// `session/set_mode`: the approval mode of the session's next turns. The session's
+    /// kernel is assembled again with it (between turns only).
+    async fn set_mode(
+        &self,
+        request: SetSessionModeRequest,
+        cx: ConnectionTo<Client>,
+    ) -> Result<SetSessionModeResponse, agent_client_protocol::Error> {
+        let approval = MODES
+            .iter()
+            .find(|(id, ..)| *id == &*request.mode_id.0)
+            .map(|(_, mode, ..)| *mode)
+            .ok_or_else(|| {
+                invalid_params(format!(
+                    "unknown mode '{}': ask, sandboxed, auto or deny",
+                    one_line(&request.mode_id.0)
+                ))
+            })?;
+        let (id, events) = self.session_events(&request.session_id.0).await?;
+        let live = lock(&self.sessions).get(&id).cloned().ok_or_else(|| {
+            invalid_params(format!("session {id} is not open: call session/load first"))
+        })?;
+        if lock(&live.running).is_some() {
+            return Err(busy(id));
+        }
+        let facts = SessionFacts::of(&events)
+            .ok_or_else(|| invalid_params(format!("session {id} has no session_created event")))?;
+        let settings = RunSettings { approval: Some(approval), ..self.options.settings.clone() };
+        let slot = Arc::new(OnceLock::from(id));
+        let assembly = self
+            .assemble(
+                &settings,
+                &live.workspace,
+                Some(&facts),
+                &live.mcp_servers,
+                &cx,
+                &events,
+                slot,
+            )
+            .await?;
+        if let Some(old) = self.add(id, assembly, live.workspace.clone(), live.mcp_servers.clone())
+        {
+            old.assembly.outbox.finish().await;
+        }
+        cx.send_notification(SessionNotification::new(
+            id.to_string(),
+            SessionUpdate::CurrentModeUpdate(CurrentModeUpdate::new(request.mode_id.clone())),
+        ))?;
+        Ok(SetSessionModeResponse::new())
     }
 
     async fn session_events(
@@ -347,15 +424,19 @@ impl AcpAgent {
         let facts = SessionFacts::of(&events)
             .ok_or_else(|| invalid_params(format!("session {id} has no session_created event")))?;
         let slot = Arc::new(OnceLock::from(id));
+        let settings = &self.options.settings;
         let assembly = self
-            .assemble(&workspace, Some(&facts), &request.mcp_servers, &cx, &events, slot)
+            .assemble(settings, &workspace, Some(&facts), &request.mcp_servers, &cx, &events, slot)
             .await?;
         // The history, exactly as the live stream rendered it.
         for update in render::Renderer::replay(&events) {
             cx.send_notification(SessionNotification::new(id.to_string(), update))?;
         }
-        self.add(id, assembly);
-        Ok(LoadSessionResponse::new())
+        let modes = modes(assembly.resolved.run.approval);
+        if let Some(old) = self.add(id, assembly, workspace, request.mcp_servers) {
+            old.assembly.outbox.finish().await;
+        }
+        Ok(LoadSessionResponse::new().modes(modes))
     }
 
     async fn list_sessions(
@@ -419,6 +500,32 @@ impl AcpAgent {
             cancel.cancel();
         }
     }
+}
+
+/// The session modes: keel's approval modes (`--approval`), with what each means.
+const MODES: [(&str, ApprovalMode, &str, &str); 4] = [
+    ("ask", ApprovalMode::Ask, "Ask", "Ask before every call that needs consent"),
+    (
+        "sandboxed",
+        ApprovalMode::Sandboxed,
+        "Sandboxed",
+        "Run commands and workspace edits the managed sandbox contains; ask for the rest",
+    ),
+    ("auto", ApprovalMode::Auto, "Auto", "Allow every call but a wider boundary"),
+    ("deny", ApprovalMode::Deny, "Deny", "Refuse every call that needs consent"),
+];
+
+fn modes(current: ApprovalMode) -> SessionModeState {
+    let current = MODES.iter().find(|(_, mode, ..)| *mode == current).map_or("ask", |m| m.0);
+    SessionModeState::new(
+        current,
+        MODES
+            .iter()
+            .map(|(id, _, name, description)| {
+                SessionMode::new(*id, *name).description(*description)
+            })
+            .collect(),
+    )
 }
 
 fn busy(id: SessionId) -> agent_client_protocol::Error {
