@@ -340,6 +340,16 @@ fn acp_bad_input_is_answered_and_the_agent_goes_on() {
 
 #[test]
 fn acp_client_disconnecting_mid_turn_cancels_and_records_the_run() {
+    disconnect_mid_turn(false);
+}
+
+#[test]
+fn acp_sigterm_mid_turn_cancels_and_records_the_run() {
+    disconnect_mid_turn(true);
+}
+
+/// The client goes away while a command runs: stdin closed, or SIGTERM to keel acp.
+fn disconnect_mid_turn(by_signal: bool) {
     let env = Env::new();
     let ws = env.workspace().canonicalize().unwrap();
     let script = r#"{"steps":[{"tool_calls":[{"name":"bash","arguments":{"command":"sleep 60"}}]},{"text":"never"}]}"#;
@@ -353,7 +363,12 @@ fn acp_client_disconnecting_mid_turn_cancels_and_records_the_run() {
     raw.until("the command running", |v| v["params"]["update"]["status"] == "in_progress");
     // The editor goes away mid-command.
     let gone = Instant::now();
-    drop(raw.stdin.take());
+    if by_signal {
+        let pid = raw.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    } else {
+        drop(raw.stdin.take());
+    }
     raw.wait_exit(Duration::from_secs(20));
     assert!(gone.elapsed() < Duration::from_secs(20));
     let events = keel_log(&env, &session);

@@ -50,8 +50,8 @@ pub struct AcpOptions {
     pub permission_timeout: Duration,
 }
 
-/// Serves ACP on stdin/stdout until the client closes stdin; then cancels every running
-/// turn and waits for its run to be recorded.
+/// Serves ACP on stdin/stdout until the client closes stdin (or SIGTERM/SIGINT); then
+/// cancels every running turn and waits for its run to be recorded.
 ///
 /// # Errors
 ///
@@ -70,7 +70,27 @@ pub async fn serve(options: AcpOptions) -> anyhow::Result<()> {
         sessions: Mutex::new(HashMap::new()),
         turns: Mutex::new(Vec::new()),
     });
-    let served = connect(agent.clone()).await;
+    // The editor closing stdin ends the connection; an editor (or a supervisor) that
+    // sends SIGTERM or SIGINT instead gets the same orderly end.
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let signalled = async {
+        match terminate.as_mut() {
+            Some(term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    };
+    let served = tokio::select! {
+        served = connect(agent.clone()) => served,
+        () = signalled => Ok(()),
+    };
     // The client is gone (or the connection failed): no turn may go on unwatched.
     let sessions: Vec<Arc<Live>> = lock(&agent.sessions).values().cloned().collect();
     for session in &sessions {
