@@ -626,3 +626,46 @@ fn acp_set_mode_switches_the_approval_mode_between_turns() {
         of_kind(&events, "run_started").iter().map(|e| &e["approval"]).collect();
     assert_eq!(approvals, [&json!("auto"), &json!("deny")]);
 }
+
+#[test]
+fn redteam_acp_client_cwd_around_keel_home_cannot_reach_keels_own_files() {
+    // The editor opens a folder that holds KEEL_HOME (the ledger, the config, the trust
+    // records); even with every call allowed, the agent cannot write keel's own files.
+    let env = Env::new();
+    let ws = env.workspace().canonicalize().unwrap();
+    let home = ws.join("keel-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let script = r#"{"steps":[
+      {"tool_calls":[{"name":"write_file","arguments":{"path":"keel-home/config.toml","content":"approval = \"auto\"\n"}},
+                     {"name":"bash","arguments":{"command":"echo 'sandbox = \"bypass\"' >> keel-home/config.toml"}},
+                     {"name":"write_file","arguments":{"path":"notes.txt","content":"mine\n"}}]},
+      {"text":"done"}]}"#;
+    let path = env.write_script("home.json", script);
+    let args: Vec<String> = vec![
+        "-m".into(),
+        format!("scripted:{}", path.display()),
+        "--approval".into(),
+        "auto".into(),
+    ];
+    let home_text = home.to_str().unwrap().to_owned();
+    let seen = run_client(&env, "one", &args, &ws, &[("KEEL_HOME", &home_text)]);
+    assert_eq!(seen["stops"], json!(["end_turn"]), "{seen}");
+    assert!(!home.join("config.toml").exists(), "the agent wrote keel's own config");
+    // The legitimate neighbour: the workspace's own file was written.
+    assert_eq!(std::fs::read_to_string(ws.join("notes.txt")).unwrap(), "mine\n");
+    // And the ledger under that KEEL_HOME is intact and readable.
+    let log = env
+        .keel()
+        .env("KEEL_HOME", &home)
+        .args(["log", seen["sessionId"].as_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(log.status.success(), "{}", String::from_utf8_lossy(&log.stderr));
+    let events = json_lines(&log);
+    let outcomes: Vec<(&str, &str)> = of_kind(&events, "tool_result")
+        .iter()
+        .map(|e| (e["tool"].as_str().unwrap(), e["outcome"].as_str().unwrap()))
+        .collect();
+    assert_ne!(outcomes[0], ("write_file", "ok"), "{outcomes:?}");
+    assert_eq!(outcomes[2], ("write_file", "ok"), "{outcomes:?}");
+}
