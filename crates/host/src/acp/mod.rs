@@ -644,6 +644,14 @@ fn client_mcp_server(
             stdio.name.clone()
         }
         McpServer::Http(http) => {
+            // keel's HTTP MCP client sends no custom headers: a server that needs them
+            // (a token) would fail later and less clearly, so it is refused here.
+            if !http.headers.is_empty() {
+                return Err(invalid_params(format!(
+                    "MCP server '{}' needs HTTP headers, which keel's MCP client cannot send",
+                    one_line(&http.name)
+                )));
+            }
             config.url = Some(http.url.clone());
             http.name.clone()
         }
