@@ -10,10 +10,11 @@
 //! operation runs on tokio's blocking pool (`spawn_blocking`), so the async executor never
 //! waits on disk. Consequently every async method needs a tokio runtime.
 //!
-//! Group commit: appends are queued, and whichever blocking task next holds the connection
-//! writes every queued append in one `BEGIN IMMEDIATE` transaction, each inside its own
-//! savepoint, and commits once (one fsync for all of them). While one group's fsync runs,
-//! the next group gathers, so concurrent sessions share commits. Each caller gets its own
+//! Group commit: appends are queued, and one writer (a blocking task, started by the
+//! append that finds none running) writes every queued append in one `BEGIN IMMEDIATE`
+//! transaction, each inside its own savepoint, and commits once (one fsync for all of
+//! them). While one group's fsync runs, the next group gathers, so concurrent sessions
+//! share commits. Each caller gets its own
 //! answer: an append that fails its checks (a seq conflict, a newer lease) rolls back to its
 //! savepoint and fails alone; only a failed `COMMIT` fails the whole group.
 
@@ -56,12 +57,20 @@ pub fn default_path(keel_home: &Path) -> PathBuf {
 /// Operations on one handle run one at a time.
 pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
-    /// Appends waiting for the next group commit.
-    queue: Arc<Mutex<Vec<QueuedAppend>>>,
+    /// Appends waiting for the next group commit, and whether a writer is running.
+    queue: Arc<Mutex<Queue>>,
     /// Append transactions this handle committed.
     n_commits: Arc<AtomicU64>,
     /// `None` for an in-memory ledger.
     path: Option<PathBuf>,
+}
+
+/// The appends waiting for a commit. At most one writer (a blocking task) runs at a time:
+/// the append that finds none starts it, and it commits groups until the queue is empty.
+#[derive(Default)]
+struct Queue {
+    pending: Vec<QueuedAppend>,
+    writing: bool,
 }
 
 /// One caller's append, waiting in [`SqliteStore`]'s queue.
@@ -123,7 +132,7 @@ impl SqliteStore {
     fn with_connection(connection: Connection, path: Option<PathBuf>) -> SqliteStore {
         SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
-            queue: Arc::new(Mutex::new(Vec::new())),
+            queue: Arc::new(Mutex::new(Queue::default())),
             n_commits: Arc::new(AtomicU64::new(0)),
             path,
         }
@@ -131,40 +140,32 @@ impl SqliteStore {
 
     /// Queues `batch` for the next group commit and waits for its own answer.
     ///
-    /// The blocking task spawned here takes the connection, then every queued append (its
-    /// own included, unless an earlier task already took it) and writes them as one group.
-    /// Because the task owns what it touches, a dropped caller's append still completes.
+    /// The first append to find no writer running starts one on the blocking pool; it takes
+    /// the connection, then every queued append, writes them as one group, and repeats
+    /// until the queue is empty. Appends that arrive while a group commits wait for the
+    /// next group. The writer owns what it touches, so a dropped caller's append still
+    /// completes.
     async fn append_grouped(
         &self,
         batch: Batch,
         lease: Option<keel_contracts::Lease>,
     ) -> Result<(), AppendError> {
         let (answer, answered) = tokio::sync::oneshot::channel();
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner).push(QueuedAppend {
-            batch,
-            lease,
-            answer,
-        });
-        let connection = Arc::clone(&self.connection);
-        let queue = Arc::clone(&self.queue);
-        let n_commits = Arc::clone(&self.n_commits);
-        let writer = tokio::task::spawn_blocking(move || {
-            let mut connection = connection.lock().unwrap_or_else(PoisonError::into_inner);
-            let group = std::mem::take(&mut *queue.lock().unwrap_or_else(PoisonError::into_inner));
-            if !group.is_empty() {
-                commit_group(&mut connection, group, &n_commits);
-            }
-        });
-        match answered.await {
-            Ok(result) => result,
-            // The writer that took this append died before answering (a panic).
-            Err(_) => Err(AppendError::Backend {
-                message: match writer.await {
-                    Err(error) => format!("ledger task did not finish: {error}"),
-                    Ok(()) => "ledger task did not finish".to_owned(),
-                },
-            }),
+        let start_writer = {
+            let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            queue.pending.push(QueuedAppend { batch, lease, answer });
+            !std::mem::replace(&mut queue.writing, true)
+        };
+        if start_writer {
+            let connection = Arc::clone(&self.connection);
+            let queue = Arc::clone(&self.queue);
+            let n_commits = Arc::clone(&self.n_commits);
+            tokio::task::spawn_blocking(move || write_groups(&connection, &queue, &n_commits));
         }
+        // The writer dropped this append's answer without sending it: it panicked.
+        answered.await.unwrap_or_else(|_| {
+            Err(AppendError::Backend { message: "the ledger writer stopped unexpectedly".into() })
+        })
     }
 
     /// How many append transactions this handle has committed: with group commit, fewer
@@ -436,6 +437,38 @@ impl Store for SqliteStore {
 /// `COMMIT` itself fails, nothing of the group is published and every append that had
 /// succeeded gets that error (a retry of the identical batch is correct either way, see
 /// [`SqliteStore::append`]).
+/// The writer: commits queued groups until the queue is empty, then marks itself gone.
+/// The connection is released between groups, so reads get their turn.
+fn write_groups(connection: &Mutex<Connection>, queue: &Mutex<Queue>, n_commits: &AtomicU64) {
+    let _stopped = WriterStopped(queue);
+    loop {
+        let mut connection = connection.lock().unwrap_or_else(PoisonError::into_inner);
+        let group = {
+            let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
+            if queue.pending.is_empty() {
+                queue.writing = false;
+                return;
+            }
+            std::mem::take(&mut queue.pending)
+        };
+        commit_group(&mut connection, group, n_commits);
+    }
+}
+
+/// Unwinding out of the writer (a panic): let the next append start a new writer, and
+/// answer the waiting appends with an error (their senders are dropped) rather than never.
+struct WriterStopped<'a>(&'a Mutex<Queue>);
+
+impl Drop for WriterStopped<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            queue.writing = false;
+            queue.pending.clear();
+        }
+    }
+}
+
 /// Counts a commit in `n_commits` before anyone is answered.
 fn commit_group(connection: &mut Connection, group: Vec<QueuedAppend>, n_commits: &AtomicU64) {
     let (results, committed) = write_group(connection, &group).unwrap_or_else(|message| {
@@ -452,7 +485,8 @@ fn commit_group(connection: &mut Connection, group: Vec<QueuedAppend>, n_commits
 }
 
 /// The group's transaction: each caller's result, and whether it committed. `Err` with
-/// SQLite's message when it could not even begin (every caller gets it).
+/// SQLite's message when it could not begin or a savepoint could not be handled; the
+/// transaction is rolled back then and every caller gets that error.
 fn write_group(
     connection: &mut Connection,
     group: &[QueuedAppend],
@@ -463,20 +497,30 @@ fn write_group(
             .execute_batch("ROLLBACK")
             .map_err(|error| format!("cannot roll back stale transaction: {error}"))?;
     }
-    let mut tx = connection
+    let tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|error| error.to_string())?;
+    let run = |sql: &str| tx.prepare_cached(sql).and_then(|mut statement| statement.execute([]));
     let mut wrote = false;
     let mut results = Vec::with_capacity(group.len());
     for queued in group {
-        // A savepoint dropped without `commit` rolls back to where it began.
-        let result = tx.savepoint().map_err(append_backend).and_then(|savepoint| {
-            let written = append_batch(&savepoint, &queued.batch, queued.lease.as_ref())?;
-            if written {
-                savepoint.commit().map_err(append_backend)?;
+        run("SAVEPOINT keel_append").map_err(|error| error.to_string())?;
+        let result = append_batch(&tx, &queued.batch, queued.lease.as_ref());
+        if !matches!(result, Ok(true)) {
+            if tx.is_autocommit() {
+                // SQLite rolled the whole transaction back itself (a full disk, an I/O
+                // error): nothing of the group is written; everyone gets the cause.
+                return Err(match result {
+                    Err(AppendError::Backend { message }) => message,
+                    _ => "the group's transaction was rolled back".to_owned(),
+                });
             }
-            Ok(written)
-        });
+            // Undo whatever this append wrote before it failed. If that fails the
+            // transaction cannot be trusted: the whole group fails and is rolled back.
+            run("ROLLBACK TO keel_append")
+                .map_err(|error| format!("cannot roll back a failed append: {error}"))?;
+        }
+        run("RELEASE keel_append").map_err(|error| error.to_string())?;
         wrote |= matches!(result, Ok(true));
         results.push(result.map(drop));
     }

@@ -167,7 +167,7 @@ fn prefixes_normalize_to_lowercase_hex() {
 /// Waits (yielding) until `n` appends are queued behind the held connection.
 async fn until_queued(store: &SqliteStore, n: usize) {
     for _ in 0..10_000 {
-        if store.queue.lock().unwrap().len() >= n {
+        if store.queue.lock().unwrap().pending.len() >= n {
             return;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
