@@ -1,7 +1,8 @@
 //! Group commit across sessions: durable events per second when 1, 10 or 100 sessions
 //! append concurrently through one `SqliteStore` handle, each appending one event per call
-//! (the kernel's worst case: every append wants its own commit). Concurrent appends share a
-//! transaction and its fsync, so throughput grows with the number of appenders.
+//! (the worst case: every append wants its own commit) or five (a kernel step's commit:
+//! response, gate, consent and prepare, or a result with the next request). Concurrent
+//! appends share a transaction and its fsync, so throughput grows with the appenders.
 //!
 //! Run: `cargo bench -p keel-store --bench group_commit`. The file lives under Cargo's
 //! target tmp directory (a real disk, not tmpfs), WAL with `synchronous=FULL`. After each
@@ -57,7 +58,7 @@ fn concurrent_appenders(c: &mut Criterion) {
     let mut group = c.benchmark_group("store/group_commit");
     group.sample_size(10).measurement_time(Duration::from_secs(10));
     let mut first_session = 1_u128;
-    for appenders in [1_u64, 10, 100] {
+    for (appenders, batch_len) in [(1_u64, 1_u64), (10, 1), (100, 1), (1, 5), (10, 5), (100, 5)] {
         // Each appender owns a session and its next seq, across iterations.
         let sessions: Arc<Vec<(SessionId, AtomicU64)>> = Arc::new(
             (0..appenders)
@@ -66,8 +67,10 @@ fn concurrent_appenders(c: &mut Criterion) {
         );
         first_session += u128::from(appenders);
         let (events_before, commits_before) = (Arc::new(AtomicU64::new(0)), store.n_commits());
-        group.throughput(Throughput::Elements(appenders * APPENDS_PER_ITERATION));
-        group.bench_function(format!("appenders_{appenders}"), |bencher| {
+        let per_iteration = appenders * APPENDS_PER_ITERATION * batch_len;
+        group.throughput(Throughput::Elements(per_iteration));
+        let name = format!("appenders_{appenders}/events_per_append_{batch_len}");
+        group.bench_function(&name, |bencher| {
             bencher.iter_custom(|iterations| {
                 let started = Instant::now();
                 for _ in 0..iterations {
@@ -78,8 +81,11 @@ fn concurrent_appenders(c: &mut Criterion) {
                                 tokio::spawn(async move {
                                     let (session_id, next) = &sessions[index];
                                     for _ in 0..APPENDS_PER_ITERATION {
-                                        let seq = next.fetch_add(1, Ordering::Relaxed);
-                                        store.append(&[event(*session_id, seq)]).await.unwrap();
+                                        let first = next.fetch_add(batch_len, Ordering::Relaxed);
+                                        let events: Vec<_> = (first..first + batch_len)
+                                            .map(|seq| event(*session_id, seq))
+                                            .collect();
+                                        store.append(&events).await.unwrap();
                                     }
                                 })
                             })
@@ -88,7 +94,7 @@ fn concurrent_appenders(c: &mut Criterion) {
                             task.await.unwrap();
                         }
                     });
-                    events_before.fetch_add(appenders * APPENDS_PER_ITERATION, Ordering::Relaxed);
+                    events_before.fetch_add(per_iteration, Ordering::Relaxed);
                 }
                 started.elapsed()
             });
@@ -96,7 +102,7 @@ fn concurrent_appenders(c: &mut Criterion) {
         let events = events_before.load(Ordering::Relaxed);
         let commits = store.n_commits() - commits_before;
         eprintln!(
-            "store/group_commit/appenders_{appenders}: {events} events in {commits} commits \
+            "store/group_commit/{name}: {events} events in {commits} commits \
              ({:.1} events per commit)",
             events as f64 / commits.max(1) as f64
         );
