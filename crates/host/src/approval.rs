@@ -208,6 +208,13 @@ impl PermissionHook for Approver {
             ApprovalMode::Deny => (PermissionAnswer::Deny, "approval=deny".to_owned()),
         }
     }
+
+    /// `auto` and `deny` answer every call but `request_boundary` from the mode alone;
+    /// `ask` and `sandboxed` may prompt, so their requests are committed before asking.
+    fn answers_at_once(&self, request: &PermissionRequest<'_>) -> bool {
+        request.tool != REQUEST_BOUNDARY
+            && matches!(self.mode, ApprovalMode::Auto | ApprovalMode::Deny)
+    }
 }
 
 /// `path` made absolute against `workspace` and normalised lexically (`.` and `..`

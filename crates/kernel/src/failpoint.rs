@@ -17,9 +17,11 @@ pub enum Failpoint {
     MidTool,
     /// After the tool returned, before its `tool_result` is appended.
     BeforeResult,
-    /// After the `tool_result` is durable.
+    /// After the `tool_result` is recorded. It is staged (group commit): durable with the
+    /// next commit (the next model request, prepare, prompt or the terminal event), so a
+    /// crash here leaves the attempt `indeterminate`, like a crash at `BeforeResult`.
     AfterResult,
-    /// Before the run's terminal event is appended.
+    /// Before the run's terminal event is appended (everything before it is durable).
     BeforeTerminal,
     /// After the run's terminal event is durable.
     AfterTerminal,

@@ -217,9 +217,8 @@ impl Kernel {
         recovery::close_dangling_run(&mut ledger, self.outbox.as_ref()).await?;
         recovery::cancel_awaiting(&mut ledger).await?;
         let turn_id = self.deps.ids.turn_id();
-        ledger
-            .append(Some(turn_id), None, EventKind::TurnStarted { input: input.to_owned() })
-            .await?;
+        // Staged: committed with the run's first model request (or its terminal event).
+        ledger.stage(Some(turn_id), None, EventKind::TurnStarted { input: input.to_owned() });
         self.drive(ledger, turn_id, None, config, cancel).await
     }
 
@@ -321,36 +320,35 @@ impl Kernel {
 
         let run_id = self.deps.ids.run_id();
         let (turn, run) = (Some(turn_id), Some(run_id));
-        ledger
-            .append(
-                turn,
-                run,
-                EventKind::RunStarted {
-                    mode,
-                    sandbox: config.sandbox,
-                    approval: config.approval,
-                    budget: config.budget,
-                    resumes,
-                },
-            )
-            .await?;
+        // Staged, like everything the loop records that decides nothing outside the
+        // process: committed before the first model request, prepare, prompt or terminal
+        // event (docs/decisions.md, "Group commit in the kernel").
+        ledger.stage(
+            turn,
+            run,
+            EventKind::RunStarted {
+                mode,
+                sandbox: config.sandbox,
+                approval: config.approval,
+                budget: config.budget,
+                resumes,
+            },
+        );
         let info = self.deps.model.info();
         let system = self.system_prompt(&workspace, config);
-        ledger
-            .append(
-                turn,
-                run,
-                EventKind::RunComposition {
-                    provider: info.provider.clone(),
-                    model: info.model.clone(),
-                    context_window: info.context_window,
-                    system_prompt_sha256: sha256_hex(system.as_bytes()),
-                    system_prompt: system.clone(),
-                    tools: self.registry.names(),
-                    tools_sha256: self.registry.definitions_sha256(),
-                },
-            )
-            .await?;
+        ledger.stage(
+            turn,
+            run,
+            EventKind::RunComposition {
+                provider: info.provider.clone(),
+                model: info.model.clone(),
+                context_window: info.context_window,
+                system_prompt_sha256: sha256_hex(system.as_bytes()),
+                system_prompt: system.clone(),
+                tools: self.registry.names(),
+                tools_sha256: self.registry.definitions_sha256(),
+            },
+        );
 
         let mut usage = UsageTotals::default();
         let (boundary_revision, boundary_so_far) = ledger
@@ -549,6 +547,8 @@ impl Kernel {
                 purpose: RequestPurpose::Conversation,
             };
             let request_sha256 = digests.digest(&request);
+            // Committed before the request leaves the process, with what was staged since
+            // the last commit (the previous step's results): a step's first durable commit.
             ledger
                 .append(
                     turn,
@@ -642,23 +642,24 @@ impl Kernel {
             let tool_calls = response.tool_calls.clone();
             let finish_reason = response.finish_reason.clone();
             let text = response.text.clone();
-            ledger
-                .append(
-                    turn,
-                    run,
-                    EventKind::ModelResponse {
-                        text: response.text,
-                        reasoning: response.reasoning,
-                        tool_calls: response.tool_calls,
-                        usage: response.usage,
-                        raw_usage: response.raw_usage,
-                        finish_reason: response.finish_reason,
-                        cost_usd: cost,
-                        estimated_usage,
-                        purpose: RequestPurpose::Conversation,
-                    },
-                )
-                .await?;
+            // Staged: durable with the step's prepare (its second commit) or the terminal
+            // event. Lost in a crash before that, the model is simply asked again (the
+            // scripted model's position and the session's responses come from the ledger).
+            ledger.stage(
+                turn,
+                run,
+                EventKind::ModelResponse {
+                    text: response.text,
+                    reasoning: response.reasoning,
+                    tool_calls: response.tool_calls,
+                    usage: response.usage,
+                    raw_usage: response.raw_usage,
+                    finish_reason: response.finish_reason,
+                    cost_usd: cost,
+                    estimated_usage,
+                    purpose: RequestPurpose::Conversation,
+                },
+            );
             if let Some(reason) = last_step.take() {
                 // Tools were off: calls proposed anyway are answered, never run.
                 for call in &tool_calls {
@@ -767,7 +768,11 @@ impl Kernel {
                 EventKind::RunDenied { reason: reason.clone(), usage, answer: None, duration_ms }
             }
         };
-        // Every terminal-event path lets the outbox catch up first (bounded).
+        // Every terminal-event path lets the outbox catch up first (bounded); the outbox
+        // reads the store, so what is staged is committed before it flushes.
+        if self.outbox.delivers() {
+            ledger.commit().await?;
+        }
         let _ =
             tokio::time::timeout(crate::OUTBOX_FLUSH_TIMEOUT, self.outbox.flush(ledger.session_id))
                 .await;

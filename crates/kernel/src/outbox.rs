@@ -25,6 +25,13 @@ pub trait Outbox: Send + Sync + Debug {
     /// state must stay consistent when dropped (an event is delivered again rather than
     /// lost).
     async fn flush(&self, session_id: SessionId);
+
+    /// Whether this outbox delivers anything. The kernel commits what it staged before a
+    /// flush (the outbox reads the store); an outbox that delivers nothing spares that
+    /// commit, and the staged events go with the terminal event. Default `true`.
+    fn delivers(&self) -> bool {
+        true
+    }
 }
 
 /// No sinks.
@@ -34,4 +41,8 @@ pub struct NoOutbox;
 #[async_trait]
 impl Outbox for NoOutbox {
     async fn flush(&self, _session_id: SessionId) {}
+
+    fn delivers(&self) -> bool {
+        false
+    }
 }

@@ -29,6 +29,15 @@ pub trait PermissionHook: Send + Sync + Debug {
     ///
     /// The kernel drops this future when the run is cancelled; nothing is recorded then.
     async fn decide(&self, request: &PermissionRequest<'_>) -> (PermissionAnswer, String);
+
+    /// Whether [`PermissionHook::decide`] answers `request` at once, without waiting on
+    /// anyone (a fixed policy). Then the kernel does not commit `permission_requested` on its own
+    /// before asking: request and answer become durable together with the prepare that
+    /// follows (one commit fewer per step). The default, `false`, is right for every hook
+    /// that may wait (a prompt, a remote answer): the pending request is durable first.
+    fn answers_at_once(&self, _request: &PermissionRequest<'_>) -> bool {
+        false
+    }
 }
 
 /// A fixed answer for every request (`--approval auto` / `--approval deny`).
@@ -45,5 +54,9 @@ impl PermissionHook for StaticPermissions {
             | PermissionAnswer::AllowExact => "approval=auto",
         };
         (self.0, by.to_owned())
+    }
+
+    fn answers_at_once(&self, _request: &PermissionRequest<'_>) -> bool {
+        true
     }
 }

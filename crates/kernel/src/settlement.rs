@@ -131,37 +131,38 @@ impl Call<'_> {
     ) -> Result<()> {
         let ToolOutput { outcome, content, raw } = output;
         let bytes = content.len() as u64;
-        ledger
-            .append(
-                self.turn,
-                self.run,
-                EventKind::ToolResult {
-                    call_id: self.call.call_id.clone(),
-                    attempt_id,
-                    tool: self.call.name.clone(),
-                    outcome,
-                    content,
-                    bytes,
-                    raw,
-                },
-            )
-            .await?;
+        // Staged: durable with the next commit (the next model request, prepare, prompt or
+        // terminal event). A crash before it leaves the attempt `indeterminate`, exactly
+        // like a crash between the effect and an immediate append.
+        ledger.stage(
+            self.turn,
+            self.run,
+            EventKind::ToolResult {
+                call_id: self.call.call_id.clone(),
+                attempt_id,
+                tool: self.call.name.clone(),
+                outcome,
+                content,
+                bytes,
+                raw,
+            },
+        );
         Ok(())
     }
 
+    /// Stages the gate's decision: it decides nothing outside the process, so it is made
+    /// durable with the prepare (or the result) that follows it.
     async fn gate(&self, ledger: &mut Ledger, decision: Decision, reason: &str) -> Result<()> {
-        ledger
-            .append(
-                self.turn,
-                self.run,
-                EventKind::GateDecision {
-                    call_id: self.call.call_id.clone(),
-                    tool: self.call.name.clone(),
-                    decision,
-                    reason: reason.to_owned(),
-                },
-            )
-            .await?;
+        ledger.stage(
+            self.turn,
+            self.run,
+            EventKind::GateDecision {
+                call_id: self.call.call_id.clone(),
+                tool: self.call.name.clone(),
+                decision,
+                reason: reason.to_owned(),
+            },
+        );
         Ok(())
     }
 }
@@ -237,18 +238,19 @@ impl<'a> CallState<'a> {
         cancel: &Cancellation,
     ) -> Result<Option<PermissionAnswer>> {
         let tool_call = call.call;
-        ledger
-            .append(
-                call.turn,
-                call.run,
-                EventKind::PermissionRequested {
-                    call_id: tool_call.call_id.clone(),
-                    tool: tool_call.name.clone(),
-                    access,
-                    arguments: tool_call.arguments.clone(),
-                },
-            )
-            .await?;
+        ledger.stage(
+            call.turn,
+            call.run,
+            EventKind::PermissionRequested {
+                call_id: tool_call.call_id.clone(),
+                tool: tool_call.name.clone(),
+                access,
+                arguments: tool_call.arguments.clone(),
+            },
+        );
+        // A request someone may take time to answer is a ledger fact before it is asked
+        // (DESIGN.md §6: it survives a crash and is asked again). A rule's or a fixed
+        // policy's answer comes at once: request and answer are committed with the prepare.
         let request = PermissionRequest {
             session_id: ledger.session_id,
             call_id: &tool_call.call_id,
@@ -256,6 +258,9 @@ impl<'a> CallState<'a> {
             access,
             arguments: &tool_call.arguments,
         };
+        if ruled.is_none() && !self.deps.permissions.answers_at_once(&request) {
+            ledger.commit().await?;
+        }
         let (answer, by) = tokio::select! {
             answer = async {
                 match ruled {
@@ -280,21 +285,19 @@ impl<'a> CallState<'a> {
             | PermissionAnswer::AllowSession
             | PermissionAnswer::Deny => (None, None),
         };
-        ledger
-            .append(
-                call.turn,
-                call.run,
-                EventKind::PermissionSettled {
-                    call_id: tool_call.call_id.clone(),
-                    tool: tool_call.name.clone(),
-                    access,
-                    answer,
-                    by,
-                    arguments_sha256: grant_sha256,
-                    expires_at,
-                },
-            )
-            .await?;
+        ledger.stage(
+            call.turn,
+            call.run,
+            EventKind::PermissionSettled {
+                call_id: tool_call.call_id.clone(),
+                tool: tool_call.name.clone(),
+                access,
+                answer,
+                by,
+                arguments_sha256: grant_sha256,
+                expires_at,
+            },
+        );
         Ok(Some(answer))
     }
 
@@ -560,6 +563,8 @@ impl<'a> CallState<'a> {
 
         let attempt_id = self.deps.ids.attempt_id();
         self.failpoints.hit(Failpoint::BeforePrepare).await;
+        // The one event that must be durable before the effect: committed now, together
+        // with everything staged since the model request (response, gate, consent).
         ledger
             .append(
                 call.turn,

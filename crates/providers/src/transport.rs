@@ -135,9 +135,16 @@ impl Transport {
             None => None,
         };
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(timeouts.connect)
-            .user_agent(concat!("keel/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("keel/", env!("CARGO_PKG_VERSION")));
+        if endpoint.scheme() == "http" {
+            // No TLS to an http endpoint: skip loading the system's root certificates (the
+            // platform verifier reads the whole store when the client is built). With no
+            // roots, a redirect to https fails verification: closed, never unverified.
+            builder = builder.tls_certs_only(std::iter::empty());
+        }
+        let http = builder
             .build()
             .map_err(|error| BuildError::HttpClient { message: error.to_string() })?;
         Ok(Transport { endpoint, headers, secret, timeouts, http })

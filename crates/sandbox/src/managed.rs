@@ -9,6 +9,7 @@
 mod aliases;
 mod filesystem;
 mod gitconfig;
+mod gitscan;
 mod mask;
 mod plants;
 

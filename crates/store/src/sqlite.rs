@@ -9,12 +9,21 @@
 //! rusqlite is synchronous. The connection lives in a `std::sync::Mutex` and each
 //! operation runs on tokio's blocking pool (`spawn_blocking`), so the async executor never
 //! waits on disk. Consequently every async method needs a tokio runtime.
+//!
+//! Group commit: appends are queued, and one writer (a blocking task, started by the
+//! append that finds none running) writes every queued append in one `BEGIN IMMEDIATE`
+//! transaction, each inside its own savepoint, and commits once (one fsync for all of
+//! them). While one group's fsync runs, the next group gathers, so concurrent sessions
+//! share commits. Each caller gets its own
+//! answer: an append that fails its checks (a seq conflict, a newer lease) rolls back to its
+//! savepoint and fails alone; only a failed `COMMIT` fails the whole group.
 
 mod leases;
 mod schema;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -23,7 +32,7 @@ use keel_contracts::{
     AppendError, ReadError, ResolveError, RuntimeEvent, Seq, SessionId, SessionSummary, Store,
 };
 use rusqlite::types::ValueRef;
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::OpenError;
 use crate::record::{self, Batch, normalize_prefix, parse_session_id, parse_timestamp, timestamp};
@@ -48,8 +57,27 @@ pub fn default_path(keel_home: &Path) -> PathBuf {
 /// Operations on one handle run one at a time.
 pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
+    /// Appends waiting for the next group commit, and whether a writer is running.
+    queue: Arc<Mutex<Queue>>,
+    /// Append transactions this handle committed.
+    n_commits: Arc<AtomicU64>,
     /// `None` for an in-memory ledger.
     path: Option<PathBuf>,
+}
+
+/// The appends waiting for a commit. At most one writer (a blocking task) runs at a time:
+/// the append that finds none starts it, and it commits groups until the queue is empty.
+#[derive(Default)]
+struct Queue {
+    pending: Vec<QueuedAppend>,
+    writing: bool,
+}
+
+/// One caller's append, waiting in [`SqliteStore`]'s queue.
+struct QueuedAppend {
+    batch: Batch,
+    lease: Option<keel_contracts::Lease>,
+    answer: tokio::sync::oneshot::Sender<Result<(), AppendError>>,
 }
 
 impl SqliteStore {
@@ -86,7 +114,7 @@ impl SqliteStore {
                 result => break result?,
             }
         }
-        Ok(SqliteStore { connection: Arc::new(Mutex::new(connection)), path: Some(path) })
+        Ok(SqliteStore::with_connection(connection, Some(path)))
     }
 
     /// A private, empty ledger in memory, gone when the handle is dropped. For tests.
@@ -98,7 +126,52 @@ impl SqliteStore {
         let path = PathBuf::from(":memory:");
         let mut connection = Connection::open_in_memory().map_err(sqlite_error(&path))?;
         migrate(&mut connection, &path)?;
-        Ok(SqliteStore { connection: Arc::new(Mutex::new(connection)), path: None })
+        Ok(SqliteStore::with_connection(connection, None))
+    }
+
+    fn with_connection(connection: Connection, path: Option<PathBuf>) -> SqliteStore {
+        SqliteStore {
+            connection: Arc::new(Mutex::new(connection)),
+            queue: Arc::new(Mutex::new(Queue::default())),
+            n_commits: Arc::new(AtomicU64::new(0)),
+            path,
+        }
+    }
+
+    /// Queues `batch` for the next group commit and waits for its own answer.
+    ///
+    /// The first append to find no writer running starts one on the blocking pool; it takes
+    /// the connection, then every queued append, writes them as one group, and repeats
+    /// until the queue is empty. Appends that arrive while a group commits wait for the
+    /// next group. The writer owns what it touches, so a dropped caller's append still
+    /// completes.
+    async fn append_grouped(
+        &self,
+        batch: Batch,
+        lease: Option<keel_contracts::Lease>,
+    ) -> Result<(), AppendError> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let start_writer = {
+            let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            queue.pending.push(QueuedAppend { batch, lease, answer });
+            !std::mem::replace(&mut queue.writing, true)
+        };
+        if start_writer {
+            let connection = Arc::clone(&self.connection);
+            let queue = Arc::clone(&self.queue);
+            let n_commits = Arc::clone(&self.n_commits);
+            tokio::task::spawn_blocking(move || write_groups(&connection, &queue, &n_commits));
+        }
+        // The writer dropped this append's answer without sending it: it panicked.
+        answered.await.unwrap_or_else(|_| {
+            Err(AppendError::Backend { message: "the ledger writer stopped unexpectedly".into() })
+        })
+    }
+
+    /// How many append transactions this handle has committed: with group commit, fewer
+    /// than the appends when callers append concurrently (one fsync per commit on a file).
+    pub fn n_commits(&self) -> u64 {
+        self.n_commits.load(Ordering::Relaxed)
     }
 
     /// The ledger file, or `None` for an in-memory ledger.
@@ -151,7 +224,8 @@ impl fmt::Debug for SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
-    /// Appends `events` in one `BEGIN IMMEDIATE` transaction.
+    /// Appends `events` atomically, in one `BEGIN IMMEDIATE` transaction shared with the
+    /// appends other callers made meanwhile (group commit; each in its own savepoint).
     ///
     /// # Errors
     ///
@@ -171,11 +245,7 @@ impl Store for SqliteStore {
     /// Re-appending the identical batch answers it (a no-op when it was written).
     async fn append(&self, events: &[RuntimeEvent]) -> Result<(), AppendError> {
         let Some(batch) = Batch::prepare(events)? else { return Ok(()) };
-        self.blocking(
-            |message| AppendError::Backend { message },
-            move |connection| append_batch(connection, &batch, None),
-        )
-        .await
+        self.append_grouped(batch, None).await
     }
 
     /// [`Store::append`] fenced by `lease`, checked inside the same transaction.
@@ -193,12 +263,7 @@ impl Store for SqliteStore {
         lease: &keel_contracts::Lease,
     ) -> Result<(), AppendError> {
         let Some(batch) = Batch::prepare(events)? else { return Ok(()) };
-        let lease = lease.clone();
-        self.blocking(
-            |message| AppendError::Backend { message },
-            move |connection| append_batch(connection, &batch, Some(&lease)),
-        )
-        .await
+        self.append_grouped(batch, Some(lease.clone())).await
     }
 
     /// Takes the session's lease (a new, larger fencing token).
@@ -365,20 +430,126 @@ impl Store for SqliteStore {
     }
 }
 
-/// The append transaction: check the stored tail, insert what is new, update the listing.
-fn append_batch(
+/// Writes a group of queued appends in one transaction and answers each caller.
+///
+/// Each append runs in its own savepoint: one that fails is rolled back alone and its
+/// caller gets its error; the others are committed together, with one fsync. When the
+/// `COMMIT` itself fails, nothing of the group is published and every append that had
+/// succeeded gets that error (a retry of the identical batch is correct either way, see
+/// [`SqliteStore::append`]).
+/// The writer: commits queued groups until the queue is empty, then marks itself gone.
+/// The connection is released between groups, so reads get their turn.
+fn write_groups(connection: &Mutex<Connection>, queue: &Mutex<Queue>, n_commits: &AtomicU64) {
+    let _stopped = WriterStopped(queue);
+    loop {
+        let mut connection = connection.lock().unwrap_or_else(PoisonError::into_inner);
+        let group = {
+            let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
+            if queue.pending.is_empty() {
+                queue.writing = false;
+                return;
+            }
+            std::mem::take(&mut queue.pending)
+        };
+        commit_group(&mut connection, group, n_commits);
+    }
+}
+
+/// Unwinding out of the writer (a panic): let the next append start a new writer, and
+/// answer the waiting appends with an error (their senders are dropped) rather than never.
+struct WriterStopped<'a>(&'a Mutex<Queue>);
+
+impl Drop for WriterStopped<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            queue.writing = false;
+            queue.pending.clear();
+        }
+    }
+}
+
+/// Counts a commit in `n_commits` before anyone is answered.
+fn commit_group(connection: &mut Connection, group: Vec<QueuedAppend>, n_commits: &AtomicU64) {
+    let (results, committed) = write_group(connection, &group).unwrap_or_else(|message| {
+        let failed = group.iter().map(|_| Err(AppendError::Backend { message: message.clone() }));
+        (failed.collect(), false)
+    });
+    if committed {
+        n_commits.fetch_add(1, Ordering::Relaxed);
+    }
+    for (queued, result) in group.into_iter().zip(results) {
+        // A caller that stopped waiting does not need its answer.
+        let _ = queued.answer.send(result);
+    }
+}
+
+/// The group's transaction: each caller's result, and whether it committed. `Err` with
+/// SQLite's message when it could not begin or a savepoint could not be handled; the
+/// transaction is rolled back then and every caller gets that error.
+fn write_group(
     connection: &mut Connection,
-    batch: &Batch,
-    lease: Option<&keel_contracts::Lease>,
-) -> Result<(), AppendError> {
-    let session_key = batch.session_id.to_string();
+    group: &[QueuedAppend],
+) -> Result<(Vec<Result<(), AppendError>>, bool), String> {
+    if !connection.is_autocommit() {
+        // Defensive: never let a group run inside a stale transaction.
+        connection
+            .execute_batch("ROLLBACK")
+            .map_err(|error| format!("cannot roll back stale transaction: {error}"))?;
+    }
     let tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(append_backend)?;
-    if let Some(lease) = lease {
-        leases::check_fence(&tx, lease)?;
+        .map_err(|error| error.to_string())?;
+    let run = |sql: &str| tx.prepare_cached(sql).and_then(|mut statement| statement.execute([]));
+    let mut wrote = false;
+    let mut results = Vec::with_capacity(group.len());
+    for queued in group {
+        run("SAVEPOINT keel_append").map_err(|error| error.to_string())?;
+        let result = append_batch(&tx, &queued.batch, queued.lease.as_ref());
+        if !matches!(result, Ok(true)) {
+            if tx.is_autocommit() {
+                // SQLite rolled the whole transaction back itself (a full disk, an I/O
+                // error): nothing of the group is written; everyone gets the cause.
+                return Err(match result {
+                    Err(AppendError::Backend { message }) => message,
+                    _ => "the group's transaction was rolled back".to_owned(),
+                });
+            }
+            // Undo whatever this append wrote before it failed. If that fails the
+            // transaction cannot be trusted: the whole group fails and is rolled back.
+            run("ROLLBACK TO keel_append")
+                .map_err(|error| format!("cannot roll back a failed append: {error}"))?;
+        }
+        run("RELEASE keel_append").map_err(|error| error.to_string())?;
+        wrote |= matches!(result, Ok(true));
+        results.push(result.map(drop));
     }
-    let stored = load_summary(&tx, &session_key)?;
+    // Nothing new (retries and refusals only): no commit, no fsync.
+    let finished = if wrote { tx.commit() } else { tx.rollback() };
+    if let Err(error) = finished {
+        let message = error.to_string();
+        for result in &mut results {
+            if result.is_ok() {
+                *result = Err(AppendError::Backend { message: message.clone() });
+            }
+        }
+        return Ok((results, false));
+    }
+    Ok((results, wrote))
+}
+
+/// One append inside the group's transaction: check the stored tail, insert what is new,
+/// update the listing. `Ok(false)` when every event was already stored (nothing written).
+fn append_batch(
+    tx: &Connection,
+    batch: &Batch,
+    lease: Option<&keel_contracts::Lease>,
+) -> Result<bool, AppendError> {
+    let session_key = batch.session_id.to_string();
+    if let Some(lease) = lease {
+        leases::check_fence(tx, lease)?;
+    }
+    let stored = load_summary(tx, &session_key)?;
     let last_seq = stored.as_ref().map_or(Seq(0), |summary| summary.last_seq);
     let conflict = |got: Seq| AppendError::SeqConflict {
         session_id: batch.session_id,
@@ -414,8 +585,8 @@ fn append_batch(
         }
         first_new
     };
-    // Everything was already stored: nothing to write; dropping `tx` rolls back.
-    let Some(first_new) = first_new else { return Ok(()) };
+    // Everything was already stored: nothing to write.
+    let Some(first_new) = first_new else { return Ok(false) };
     let new_rows = &batch.rows[first_new..];
     if new_rows[0].event.seq != last_seq.next() {
         return Err(conflict(new_rows[0].event.seq));
@@ -445,8 +616,8 @@ fn append_batch(
             summary::apply(&mut summary, event);
         }
     }
-    store_summary(&tx, &summary)?;
-    tx.commit().map_err(append_backend)
+    store_summary(tx, &summary)?;
+    Ok(true)
 }
 
 fn read_events(
@@ -539,10 +710,7 @@ impl SummaryColumns {
     }
 }
 
-fn load_summary(
-    tx: &Transaction<'_>,
-    session_key: &str,
-) -> Result<Option<SessionSummary>, AppendError> {
+fn load_summary(tx: &Connection, session_key: &str) -> Result<Option<SessionSummary>, AppendError> {
     let columns = tx
         .prepare_cached(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions WHERE id = ?1"))
         .and_then(|mut select| select.query_row([session_key], SummaryColumns::from_row).optional())
@@ -552,7 +720,7 @@ fn load_summary(
         .transpose()
 }
 
-fn store_summary(tx: &Transaction<'_>, summary: &SessionSummary) -> Result<(), AppendError> {
+fn store_summary(tx: &Connection, summary: &SessionSummary) -> Result<(), AppendError> {
     let mut upsert = tx
         .prepare_cached(&format!(
             "INSERT INTO sessions ({SUMMARY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)

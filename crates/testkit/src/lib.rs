@@ -7,6 +7,8 @@
 //!   every other store must behave exactly like it.
 //! - [`FaultyStore`] wraps any store and fails appends on command (disk full, fsync), for
 //!   the kernel's fault tests.
+//! - [`CountingStore`] wraps any store and records each durable commit (the event kinds of
+//!   every acknowledged append), for the kernel's group-commit tests.
 //! - [`conformance`] is the one generic store suite that `MemStore`, SQLite and PostgreSQL
 //!   all run.
 //! - `postgres` (feature `postgres`) starts a throwaway PostgreSQL server per test binary
@@ -20,6 +22,7 @@
 
 mod clock;
 pub mod conformance;
+mod counting_store;
 mod faulty_store;
 mod ids;
 mod mem_store;
@@ -27,6 +30,7 @@ mod mem_store;
 pub mod postgres;
 
 pub use clock::FakeClock;
+pub use counting_store::CountingStore;
 pub use faulty_store::{Fault, FaultyStore};
 pub use ids::SeqIds;
 /// The scripted model of DESIGN.md §9, for tests that drive a kernel (re-exported so

@@ -6,6 +6,7 @@ mod data;
 mod dependencies;
 mod faults;
 mod gates;
+mod group_commit;
 mod leases;
 mod outbox;
 mod recovery;

@@ -58,6 +58,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::gitconfig;
+use super::gitscan::{self, GitEntry};
 
 /// Entries scanned at most looking for repositories; a larger workspace is refused rather
 /// than half-protected.
@@ -263,41 +264,36 @@ struct Finder<'a> {
 
 impl Finder<'_> {
     /// Protects the entries of every repository found under `root` (`.git` directories,
-    /// files and links).
+    /// files and links). The walk that finds them is cached per root and invalidated by
+    /// any change to a directory it read (module `gitscan`); what is protected for each
+    /// entry is worked out afresh every time.
     fn scan(&mut self, root: &Path, n_scanned: &mut usize) -> Result<(), String> {
-        let mut stack = vec![root.to_owned()];
-        while let Some(dir) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-            for entry in entries.flatten() {
-                *n_scanned += 1;
-                if *n_scanned > MAX_SCANNED_ENTRIES {
-                    return Err(format!(
-                        "the workspace and extra writable paths have more than \
-                         {MAX_SCANNED_ENTRIES} entries to scan for nested git repositories"
-                    ));
-                }
-                let Ok(file_type) = entry.file_type() else { continue };
-                let path = entry.path();
-                if entry.file_name() == ".git" {
-                    if file_type.is_dir() {
-                        self.protect_git_dir(&path)?;
-                    } else if file_type.is_file() {
-                        self.protected.read_only.push(path);
-                    } else if file_type.is_symlink() {
-                        // Protect the link itself; its target is a repository of its own
-                        // when it lies in a writable root.
-                        self.record_link(&path);
-                        if let Ok(target) = path.canonicalize()
-                            && target.is_dir()
-                            && self.writable.iter().any(|root| target.starts_with(root))
-                        {
-                            self.protect_git_dir(&target)?;
-                        }
+        let too_many = || {
+            format!(
+                "the workspace and extra writable paths have more than \
+                 {MAX_SCANNED_ENTRIES} entries to scan for nested git repositories"
+            )
+        };
+        let limit = MAX_SCANNED_ENTRIES.saturating_sub(*n_scanned);
+        let (walk, _) = gitscan::walk(root, limit).map_err(|_| too_many())?;
+        *n_scanned += walk.n_entries;
+        if *n_scanned > MAX_SCANNED_ENTRIES {
+            return Err(too_many());
+        }
+        for (path, kind) in walk.found {
+            match kind {
+                GitEntry::Dir => self.protect_git_dir(&path)?,
+                GitEntry::File => self.protected.read_only.push(path),
+                GitEntry::Symlink => {
+                    // Protect the link itself; its target is a repository of its own when
+                    // it lies in a writable root.
+                    self.record_link(&path);
+                    if let Ok(target) = path.canonicalize()
+                        && target.is_dir()
+                        && self.writable.iter().any(|root| target.starts_with(root))
+                    {
+                        self.protect_git_dir(&target)?;
                     }
-                    continue;
-                }
-                if file_type.is_dir() {
-                    stack.push(path);
                 }
             }
         }

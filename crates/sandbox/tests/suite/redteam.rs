@@ -346,6 +346,53 @@ async fn redteam_outside_symlinked_worktrees_and_modules_are_not_written() {
     repo.assert_commit_works().await;
 }
 
+// ---- Issue #13: the cached scan for repositories ---------------------------------------
+
+#[tokio::test]
+async fn redteam_sandbox_gitscan_cache_new_repo() {
+    let repo = Repo::new();
+    std::fs::create_dir_all(repo.root.join("vendor/deep/src")).unwrap();
+    std::fs::write(repo.root.join("vendor/deep/src/lib.rs"), "fn f() {}\n").unwrap();
+    // The first managed run creates `.keel/`; once every directory is older than the
+    // racy margin (module `gitscan`), the next run caches the scan and the one after (and
+    // the file tools' check) is answered from the cache.
+    assert_eq!(repo.sh("echo ok").await.stdout.text, "ok\n");
+    std::thread::sleep(Duration::from_millis(2_100));
+    for _ in 0..2 {
+        assert_eq!(repo.sh("echo ok").await.stdout.text, "ok\n");
+    }
+    let hook = |nested: &str| repo.root.join(nested).join(".git/hooks/pre-commit");
+    assert_eq!(keel_sandbox::protected_path(&repo.root, &repo.root.join("vendor/x"), None), None);
+    // A repository that appears after the scan was cached: one made on the host, and one a
+    // sandboxed command makes itself. A later command must find both protected.
+    git(&repo.root.join("vendor/deep"), &["init", "-q", "host-made"]);
+    let out = repo.sh("git init -q vendor/deep/src/agent-made && echo made").await;
+    assert_eq!(out.stdout.text, "made\n", "{out:?}");
+    for nested in ["vendor/deep/host-made", "vendor/deep/src/agent-made"] {
+        assert!(keel_sandbox::protected_path(&repo.root, &hook(nested), None).is_some());
+        let before = repo.read(&format!("{nested}/.git/config"));
+        let out = repo
+            .sh(&format!(
+                "printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' >> {nested}/.git/config; \
+                 echo 'touch /tmp/pwned' > {nested}/.git/hooks/pre-commit; \
+                 echo fine > {nested}/normal.txt; cat {nested}/normal.txt"
+            ))
+            .await;
+        assert_eq!(repo.read(&format!("{nested}/.git/config")), before, "{nested}: {out:?}");
+        assert!(!hook(nested).exists(), "{nested}");
+        // The neighbours: a normal file in that repository, and a commit in it.
+        assert_eq!(out.stdout.text, "fine\n", "{nested}: {out:?}");
+        let out = repo
+            .sh(&format!(
+                "cd {nested} && git add normal.txt && \
+                 git -c user.name=t -c user.email=t@e commit -qm one && git log --oneline | wc -l"
+            ))
+            .await;
+        assert_eq!(out.stdout.text.trim(), "1", "{nested}: {out:?}");
+    }
+    repo.assert_commit_works().await;
+}
+
 // ---- Item 3: plants on every exit path ---------------------------------------------------
 
 #[tokio::test]

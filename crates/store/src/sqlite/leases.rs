@@ -6,14 +6,14 @@ use std::time::Duration;
 use crate::record::{lease_expiry, lease_millis, lease_time, token_column, token_of};
 use chrono::{DateTime, Utc};
 use keel_contracts::{AppendError, Lease, LeaseError, SessionId};
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 fn backend(error: rusqlite::Error) -> LeaseError {
     LeaseError::Backend { message: error.to_string() }
 }
 
 /// (holder, token, expires_at_ms) of the session's newest lease.
-fn current(tx: &Transaction<'_>, session: &str) -> rusqlite::Result<Option<(String, u64, i64)>> {
+fn current(tx: &Connection, session: &str) -> rusqlite::Result<Option<(String, u64, i64)>> {
     tx.query_row(
         "SELECT holder, token, expires_at_ms FROM leases WHERE session_id = ?1",
         [session],
@@ -90,7 +90,7 @@ pub(super) fn release(connection: &mut Connection, lease: &Lease) -> Result<(), 
 }
 
 /// Inside an append transaction: refuse unless `lease` is the session's newest.
-pub(super) fn check_fence(tx: &Transaction<'_>, lease: &Lease) -> Result<(), AppendError> {
+pub(super) fn check_fence(tx: &Connection, lease: &Lease) -> Result<(), AppendError> {
     let newest = current(tx, &lease.session_id.to_string())
         .map_err(|error| AppendError::Backend { message: error.to_string() })?
         .map_or(0, |(_, token, _)| token);

@@ -163,3 +163,116 @@ fn prefixes_normalize_to_lowercase_hex() {
     assert_eq!(normalize_prefix("01%"), None);
     assert_eq!(timestamp(Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()).len(), 30);
 }
+
+/// Waits (yielding) until `n` appends are queued behind the held connection.
+async fn until_queued(store: &SqliteStore, n: usize) {
+    for _ in 0..10_000 {
+        if store.queue.lock().unwrap().pending.len() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("{n} appends never queued");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(
+    clippy::await_holding_lock,
+    reason = "the test holds the connection on purpose, so the appends queue behind it"
+)]
+async fn concurrent_appends_share_one_commit_and_each_caller_gets_its_own_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("keel.sqlite")).unwrap());
+    let session = |n: u128| SessionId(Uuid::from_u128(n));
+    // A session whose lease was taken over (its old holder is fenced), and a session with
+    // an event at seq 1 already (a second, different seq 1 conflicts).
+    let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+    let ttl = Duration::from_secs(10);
+    let stale = store.acquire_lease(session(100), "old", t0, ttl).await.unwrap();
+    let later = t0 + chrono::TimeDelta::seconds(60);
+    let current = store.acquire_lease(session(100), "new", later, ttl).await.unwrap();
+    store.append(&[event(session(101), 1, "first".into())]).await.unwrap();
+    let before = store.n_commits();
+
+    // Hold the connection, so every append below queues; then let them go at once.
+    let held = store.connection.lock().unwrap();
+    let mut good = Vec::new();
+    for n in 1..=20 {
+        let store = Arc::clone(&store);
+        good.push(tokio::spawn(async move {
+            let events: Vec<_> =
+                (1..=3).map(|seq| event(session(n), seq, format!("{n}"))).collect();
+            store.append(&events).await
+        }));
+    }
+    let fenced = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            store.append_leased(&[event(session(100), 1, "late".into())], &stale).await
+        })
+    };
+    let conflict = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { store.append(&[event(session(101), 1, "other".into())]).await })
+    };
+    let leased = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            store.append_leased(&[event(session(100), 1, "owner".into())], &current).await
+        })
+    };
+    until_queued(&store, 23).await;
+    drop(held);
+
+    for task in good {
+        task.await.unwrap().unwrap();
+    }
+    leased.await.unwrap().unwrap();
+    match fenced.await.unwrap() {
+        Err(AppendError::Fenced { .. }) => {}
+        other => panic!("a stale lease must be fenced, got {other:?}"),
+    }
+    match conflict.await.unwrap() {
+        Err(AppendError::SeqConflict { expected: Seq(2), got: Seq(1), .. }) => {}
+        other => panic!("a different seq 1 must conflict, got {other:?}"),
+    }
+    // One transaction, one fsync, for all 21 successful appends.
+    assert_eq!(store.n_commits() - before, 1);
+    for n in 1..=20 {
+        assert_eq!(store.read(session(n), Seq(0)).await.unwrap().len(), 3, "session {n}");
+    }
+    let owner = store.read(session(100), Seq(0)).await.unwrap();
+    assert_eq!(owner, vec![event(session(100), 1, "owner".into())]);
+    let kept = store.read(session(101), Seq(0)).await.unwrap();
+    assert_eq!(kept, vec![event(session(101), 1, "first".into())]);
+    let listed = store.sessions().await.unwrap();
+    assert_eq!(listed.len(), 22);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(
+    clippy::await_holding_lock,
+    reason = "the test holds the connection on purpose, so the appends queue behind it"
+)]
+async fn a_group_of_refused_and_repeated_appends_commits_nothing() {
+    let store = Arc::new(SqliteStore::open_in_memory().unwrap());
+    let session_id = SessionId(Uuid::from_u128(1));
+    let stored = event(session_id, 1, "kept".into());
+    store.append(std::slice::from_ref(&stored)).await.unwrap();
+    let before = store.n_commits();
+    let held = store.connection.lock().unwrap();
+    let retry = {
+        let (store, stored) = (Arc::clone(&store), stored.clone());
+        tokio::spawn(async move { store.append(&[stored]).await })
+    };
+    let gap = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { store.append(&[event(session_id, 3, "gap".into())]).await })
+    };
+    until_queued(&store, 2).await;
+    drop(held);
+    retry.await.unwrap().unwrap();
+    assert!(matches!(gap.await.unwrap(), Err(AppendError::SeqConflict { .. })));
+    assert_eq!(store.n_commits(), before, "nothing new, nothing committed");
+    assert_eq!(store.read(session_id, Seq(0)).await.unwrap(), vec![stored]);
+}
