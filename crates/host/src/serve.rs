@@ -6,6 +6,8 @@
 //! - **Approvals are ledger facts.** A hosted run's consent request is
 //!   `permission_requested`; it is answered over HTTP, by deny after `approval_timeout`, or
 //!   asked again by the next host that starts ([`state::Host::resume_awaiting`]).
+//! - **One driver per session.** Runs go under the kernel's lease; a host takes over the
+//!   runs of dead processes (`state::Host::take_over`), at start and periodically.
 //! - **Admission before agent code.** Sealed sessions and workspaces outside the allowed
 //!   roots answer 423 (403 at creation); a full host answers 503 with `Retry-After`.
 //! - **Closed by default.** Loopback unless `--allow-remote`; every route but
@@ -50,12 +52,14 @@ pub struct ServeConfig {
     pub sse_buffer: usize,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
+    /// How often the host looks for runs of dead processes to take over.
+    pub takeover_interval: Duration,
 }
 
 impl ServeConfig {
     /// The defaults for `listen`: 16 runs, a 10-minute approval timeout, 15 s pings,
-    /// 1 s polls, 30 s for a slow client, 256 buffered events, 1 MiB bodies; workspaces
-    /// inside `workspace_roots`.
+    /// 1 s polls, 30 s for a slow client, 256 buffered events, 1 MiB bodies, a takeover
+    /// check every 10 s; workspaces inside `workspace_roots`.
     pub fn new(listen: SocketAddr, workspace_roots: Vec<PathBuf>) -> ServeConfig {
         ServeConfig {
             listen,
@@ -68,6 +72,7 @@ impl ServeConfig {
             slow_client: Duration::from_secs(30),
             sse_buffer: 256,
             max_body_bytes: 1024 * 1024,
+            takeover_interval: keel_kernel::LEASE_RENEW_EVERY,
         }
     }
 }
@@ -103,8 +108,7 @@ pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
     config.workspace_roots = roots;
     let (home, store) = root::open_store().await?;
     let token = token::load(&home)?;
-    let host = Arc::new(state::Host::new(store.clone(), home, config.clone()));
-    root::repair(&root::inert_kernel(store, host.observer())?).await;
+    let host = Arc::new(state::Host::new(store, home, config.clone()));
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|error| root::usage(format!("cannot listen on {}: {error}", config.listen)))?;
@@ -113,8 +117,19 @@ pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
     // Printed for people and scripts (a port 0 becomes the real one); the token is not.
     println!("keel serve: listening on http://{address}");
     eprintln!("keel serve: bearer token from {}", token.source);
+    // Runs dead processes left are taken over now and every `takeover_interval`; pending
+    // requests nobody waits for are asked again.
     let resumer = host.clone();
-    tokio::spawn(async move { resumer.resume_awaiting().await });
+    tokio::spawn(async move {
+        resumer.take_over().await;
+        resumer.resume_awaiting().await;
+        let mut every = tokio::time::interval(resumer.config.takeover_interval);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            resumer.take_over().await;
+        }
+    });
     axum::serve(listener, router).await?;
     Ok(())
 }

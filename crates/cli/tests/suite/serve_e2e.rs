@@ -30,6 +30,10 @@ impl Host {
     }
 
     fn start_with(env: &Env, args: &[&str], token: Option<&str>) -> Host {
+        Host::start_full(env, args, token, &[])
+    }
+
+    fn start_full(env: &Env, args: &[&str], token: Option<&str>, vars: &[(&str, &str)]) -> Host {
         static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let stderr_path = env.scratch.path().join(format!("serve-{n}.stderr"));
@@ -38,6 +42,7 @@ impl Host {
             .args(["serve", "--listen", "127.0.0.1:0", "--workspace-root"])
             .arg(env.scratch.path())
             .args(args)
+            .envs(vars.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr_path).unwrap());
         match token {
@@ -864,4 +869,69 @@ async fn redteam_host_an_untrusted_workspace_config_only_narrows() {
     assert_eq!(started["budget"]["max_steps"], 1, "{started}");
     assert!(!ledger.iter().any(|e| e.to_string().contains("gpt-evil")));
     assert!(host.stderr().contains("keel trust"), "the host says how to trust: {}", host.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_two_hosts_on_one_postgres_ledger_take_over_a_killed_hosts_run() {
+    let Some(server) = keel_testkit::postgres::PgServer::shared() else { return };
+    let database = server.create_database();
+    let url = database.url().to_owned();
+    let vars = [("KEEL_DATABASE_URL", url.as_str())];
+    let env = Env::new();
+    let other = Env::new();
+    let workspace = env.workspace();
+    let script = write_script(&env, "pg.json", &["p.txt"]);
+    let root = env.scratch.path().to_str().unwrap().to_owned();
+    let first = Host::start_full(&env, &[], Some(TOKEN), &vars);
+    let second = Host::start_full(&other, &["--workspace-root", &root], Some(TOKEN), &vars);
+    let (a, b) = (first.client(), second.client());
+    let session = a.create(&workspace, &script, "ask").await;
+    a.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "write p"})).await;
+    let before = a.pending(&session).await;
+    // Either host shows the same ledger.
+    let mut frames = Vec::new();
+    assert!(b.events(&session, None).await.until("permission_requested", &mut frames).await);
+    assert_eq!(frames.last().and_then(|f| f.id), before["requested_seq"].as_u64());
+    // The first host drives the run: the second does not take it while it lives.
+    let call = before["call_id"].as_str().unwrap().to_owned();
+    let (status, body) = b
+        .post(
+            &format!("/v1/sessions/{session}/permissions/{call}"),
+            json!({"answer": "allow_once"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "driven_elsewhere");
+
+    first.kill9();
+    // Within the lease time the second host takes the run over and asks again.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let after = loop {
+        let pending = b.pending(&session).await;
+        if pending["requested_seq"].as_u64() > before["requested_seq"].as_u64() {
+            break pending;
+        }
+        assert!(Instant::now() < deadline, "not taken over: {}", second.stderr());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(after["call_id"], call.as_str());
+    let (status, body) = b
+        .post(
+            &format!("/v1/sessions/{session}/permissions/{call}"),
+            json!({"answer": "allow_once"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    b.wait_state(&session, "completed").await;
+    assert!(second.stderr().contains("took over session"), "{}", second.stderr());
+    assert_eq!(std::fs::read_to_string(workspace.join("p.txt")).unwrap(), "p.txt\n");
+    let output =
+        env.keel().env("KEEL_DATABASE_URL", &url).args(["log", &session, "--json"]).output();
+    let ledger: Vec<Value> =
+        stdout(&output.unwrap()).lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let results: Vec<&Value> = ledger.iter().filter(|e| e["kind"] == "tool_result").collect();
+    assert_eq!(results.len(), 1, "the call ran once");
+    assert_eq!(results[0]["outcome"], "ok");
+    let seqs: Vec<u64> = ledger.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=ledger.len() as u64).collect::<Vec<_>>());
 }

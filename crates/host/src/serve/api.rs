@@ -543,7 +543,18 @@ async fn answer_permission(
             ));
         }
     };
-    if !delivered && !host.is_active(session_id) && !ledger::run_open(&events) {
+    if !delivered && !host.is_active(session_id) && ledger::run_open(&events) {
+        // Another host (or process) drives the run and waits for the answer itself.
+        host.approvals.forget(session_id, &call_id);
+        return Err(ApiError::conflict(
+            "driven_elsewhere",
+            format!(
+                "session {session_id} is driven by another process; answer on the host that \
+                 runs it (or wait: a dead host's run is taken over within the lease time)"
+            ),
+        ));
+    }
+    if !delivered && !host.is_active(session_id) {
         // Nobody waits for it here (the host that asked stopped): resume the turn, whose
         // run asks again and takes the answer kept for it.
         if let Err(error) = host.start(session_id, Job::Resume, RunSettings::default()).await {

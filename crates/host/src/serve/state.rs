@@ -311,6 +311,41 @@ impl Host {
         Ok(*generation)
     }
 
+    /// Takes over the runs of processes that died (a host killed, on this machine or
+    /// another sharing the ledger): closes each under its lapsed or dead lease
+    /// (`Kernel::repair_interrupted`), then resumes its turn here when its workspace is
+    /// admitted. A live holder's run is left alone.
+    pub(crate) async fn take_over(self: &Arc<Self>) {
+        let repaired = match root::inert_kernel(self.store.clone(), self.observer()) {
+            Ok(kernel) => match kernel.repair_interrupted().await {
+                Ok(repaired) => repaired,
+                Err(error) => {
+                    eprintln!("keel serve: cannot check for interrupted runs: {error}");
+                    return;
+                }
+            },
+            Err(error) => {
+                eprintln!("keel serve: {error:#}");
+                return;
+            }
+        };
+        for session_id in repaired {
+            if self.is_active(session_id) {
+                continue;
+            }
+            match self.start(session_id, Job::Resume, RunSettings::default()).await {
+                Ok(_) => eprintln!(
+                    "keel serve: took over session {session_id} (its process stopped mid-run)"
+                ),
+                Err(error) => eprintln!(
+                    "keel serve: closed the interrupted run of session {session_id}; not \
+                     resumed here: {}",
+                    error.message
+                ),
+            }
+        }
+    }
+
     /// Runs left waiting for consent by a host that stopped are asked again now, so their
     /// requests are live (and their timeouts run) again.
     pub(crate) async fn resume_awaiting(self: &Arc<Self>) {
