@@ -768,6 +768,30 @@ async fn redteam_host_workspace_outside_the_allowed_roots_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redteam_host_a_workspace_that_holds_keel_home_is_refused() {
+    let env = Env::new();
+    let script = write_script(&env, "home.json", &["o.txt"]);
+    let home = env.home.path().to_str().unwrap().to_owned();
+    let host = Host::start(&env, &["--workspace-root", &home]);
+    let client = host.client();
+    // An agent working there could read the token file and the ledger.
+    let (status, body) = client
+        .post(
+            "/v1/sessions",
+            json!({"workspace": home, "model": format!("scripted:{}", script.display())}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("KEEL_HOME"), "{body}");
+    // The neighbour: a workspace beside it is admitted and runs.
+    let workspace = env.workspace();
+    let session = client.create(&workspace, &script, "auto").await;
+    client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "go"})).await;
+    client.wait_state(&session, "completed").await;
+    assert!(workspace.join("o.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redteam_host_a_sealed_session_answers_423_and_runs_nothing() {
     let env = Env::new();
     let workspace = env.workspace();

@@ -272,7 +272,7 @@ async fn create_session(
         .map_err(|error| ApiError::bad_request(format!("workspace {}: {error}", body.workspace)))?;
     if !host.admits(&canonical) {
         return Err(ApiError::forbidden(format!(
-            "workspace {} is outside the host's allowed workspace roots",
+            "workspace {} is outside the host's allowed workspace roots, or holds KEEL_HOME",
             canonical.display()
         )));
     }

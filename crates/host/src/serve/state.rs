@@ -113,9 +113,13 @@ impl Host {
         })
     }
 
-    /// Whether `workspace` (canonical) lies inside one of the allowed roots.
+    /// Whether `workspace` (canonical) lies inside one of the allowed roots and does not
+    /// hold `KEEL_HOME` (the token, the ledger and the trust records an agent working
+    /// there could read).
     pub(crate) fn admits(&self, workspace: &Path) -> bool {
+        let home = self.home.canonicalize().unwrap_or_else(|_| self.home.clone());
         self.config.workspace_roots.iter().any(|root| workspace.starts_with(root))
+            && !home.starts_with(workspace)
     }
 
     /// Whether this host drives a run of the session now.
@@ -214,7 +218,7 @@ impl Host {
             .ok_or_else(|| {
                 ApiError::locked(format!(
                     "session {session_id} is not admitted: its workspace is not inside the \
-                     host's allowed workspace roots"
+                     host's allowed workspace roots, or holds KEEL_HOME"
                 ))
             })?;
         let last_seq = events.last().map_or(Seq(0), |event| event.seq);
