@@ -115,7 +115,11 @@ pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
     let address = listener.local_addr()?;
     let router = api::router(api::AppState { host: host.clone(), token: token.secret.into() });
     // Printed for people and scripts (a port 0 becomes the real one); the token is not.
-    println!("keel serve: listening on http://{address}");
+    {
+        use std::io::Write as _;
+        // A closed stdout is no reason to stop serving.
+        let _ = writeln!(std::io::stdout().lock(), "keel serve: listening on http://{address}");
+    }
     eprintln!("keel serve: bearer token from {}", token.source);
     // Runs dead processes left are taken over now and every `takeover_interval`; pending
     // requests nobody waits for are asked again.
