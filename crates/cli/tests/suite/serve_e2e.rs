@@ -334,6 +334,11 @@ async fn serve_a_turn_runs_and_its_stream_is_the_ledger() {
     let (status, body) = client.get("/v1/nothing").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(body["error"]["message"].is_string());
+    let response =
+        client.http.delete(host.url("/v1/sessions")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -828,7 +833,7 @@ async fn redteam_host_path_traversal_in_ids_is_refused() {
     let script = write_script(&env, "ids.json", &["l.txt"]);
     let host = Host::start(&env, &[]);
     let client = host.client();
-    for id in ["..%2F..%2Fetc%2Fpasswd", "%2e%2e", "0190aaaa", "..", "x%00y"] {
+    for id in ["..%2F..%2Fetc%2Fpasswd", "%2e%2e", "0190aaaa", "..", "x%00y", "%FF%FE"] {
         let (status, body) = client.get(&format!("/v1/sessions/{id}")).await;
         assert!(
             status == StatusCode::BAD_REQUEST || status == StatusCode::NOT_FOUND,

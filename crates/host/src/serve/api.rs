@@ -49,6 +49,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/health", get(health))
         .merge(protected)
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .with_state(state)
 }
@@ -163,6 +164,27 @@ where
     }
 }
 
+/// Path parameters whose rejections (say, bytes that are not UTF-8) answer in our format.
+struct Params<T>(T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for Params<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Params(value)),
+            Err(rejection) => Err(ApiError::bad_request(rejection.body_text())),
+        }
+    }
+}
+
 /// Answers 401 unless `Authorization: Bearer TOKEN` carries the host's token (compared in
 /// constant time). The token is never logged or echoed.
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
@@ -201,6 +223,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")
 }
 
 async fn health() -> axum::Json<serde_json::Value> {
@@ -356,7 +382,7 @@ async fn list_sessions(State(state): State<AppState>) -> Result<Response, ApiErr
 
 async fn get_session(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
     let rows = state.host.store.sessions().await.map_err(ApiError::internal)?;
@@ -379,7 +405,7 @@ struct TurnBody {
 
 async fn post_turn(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
     Body(body): Body<TurnBody>,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
@@ -403,7 +429,7 @@ async fn post_turn(
 
 async fn post_resume(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
     let started = state.host.start(session_id, Job::Resume, RunSettings::default()).await?;
@@ -416,7 +442,7 @@ async fn post_resume(
 
 async fn post_cancel(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
     let events = state.host.events(session_id).await?;
@@ -443,7 +469,7 @@ struct SealBody {
 
 async fn post_seal(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
@@ -482,7 +508,7 @@ struct EventsQuery {
 
 async fn get_events(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
     Query(query): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -501,7 +527,7 @@ async fn get_events(
 
 async fn list_permissions(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
     let events = state.host.events(session_id).await?;
@@ -516,7 +542,7 @@ struct AnswerBody {
 
 async fn answer_permission(
     State(state): State<AppState>,
-    Path((id, call_id)): Path<(String, String)>,
+    Params((id, call_id)): Params<(String, String)>,
     Body(body): Body<AnswerBody>,
 ) -> Result<Response, ApiError> {
     let host = &state.host;
