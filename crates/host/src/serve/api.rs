@@ -22,10 +22,17 @@ use super::state::{Host, Job};
 use crate::root::{self, RunSettings};
 
 /// The shared state of every handler: the host and its token.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct AppState {
     pub(crate) host: Arc<Host>,
     pub(crate) token: Arc<str>,
+}
+
+/// Leaves the token out, so no `{:?}` can log it.
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").field("host", &self.host).finish_non_exhaustive()
+    }
 }
 
 /// The router: `/v1/health` open, everything else behind the bearer token; bodies capped
