@@ -576,7 +576,8 @@ async fn answer_permission(
             ));
         }
     };
-    if !delivered && !host.is_active(session_id) && ledger::run_open(&events) {
+    let driven_here = host.drives(session_id, &events).await;
+    if !delivered && !driven_here && ledger::run_open(&events) {
         // Another host (or process) drives the run and waits for the answer itself.
         host.approvals.forget(session_id, &call_id);
         return Err(ApiError::conflict(
@@ -587,7 +588,7 @@ async fn answer_permission(
             ),
         ));
     }
-    if !delivered && !host.is_active(session_id) {
+    if !delivered && !driven_here {
         // Nobody waits for it here (the host that asked stopped): resume the turn, whose
         // run asks again and takes the answer kept for it.
         if let Err(error) = host.start(session_id, Job::Resume, RunSettings::default()).await {

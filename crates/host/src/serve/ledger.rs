@@ -93,6 +93,16 @@ pub(crate) fn sealed(events: &[RuntimeEvent]) -> Option<&str> {
     })
 }
 
+/// The parent of a child session.
+pub(crate) fn parent(events: &[RuntimeEvent]) -> Option<keel_contracts::SessionId> {
+    match &events.first()?.kind {
+        EventKind::SessionCreated { lineage, .. } => {
+            lineage.as_ref().map(|lineage| lineage.parent_session_id)
+        }
+        _ => None,
+    }
+}
+
 /// Whether the session's last run has no terminal event.
 pub(crate) fn run_open(events: &[RuntimeEvent]) -> bool {
     let Some(start) =

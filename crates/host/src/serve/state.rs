@@ -128,6 +128,26 @@ impl Host {
         active.1.contains_key(&session_id)
     }
 
+    /// Whether this host drives the session's run: its own, or (for a child session, run
+    /// inside its parent's run) an ancestor's.
+    pub(crate) async fn drives(&self, session_id: SessionId, events: &[RuntimeEvent]) -> bool {
+        if self.is_active(session_id) {
+            return true;
+        }
+        let mut lineage = ledger::parent(events);
+        for _ in 0..16 {
+            let Some(parent) = lineage else { return false };
+            if self.is_active(parent) {
+                return true;
+            }
+            lineage = match self.store.read(parent, Seq(0)).await {
+                Ok(events) => ledger::parent(&events),
+                Err(_) => None,
+            };
+        }
+        false
+    }
+
     /// Cancels the session's run on this host; whether there was one.
     pub(crate) fn cancel(&self, session_id: SessionId) -> bool {
         let active = self.active.lock().unwrap_or_else(PoisonError::into_inner);
