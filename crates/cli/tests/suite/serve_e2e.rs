@@ -964,3 +964,46 @@ async fn serve_two_hosts_on_one_postgres_ledger_take_over_a_killed_hosts_run() {
     let seqs: Vec<u64> = ledger.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=ledger.len() as u64).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redteam_host_a_killed_keel_run_with_approval_auto_is_closed_not_resumed() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let script = write_script(&env, "killed.json", &["q.txt", "r.txt"]);
+    // A `keel run --approval auto`, killed by its user mid-run (after its first result).
+    let mut run = env
+        .keel()
+        .env("KEEL_FAILPOINT", "after_result")
+        .args(["run", "-C", workspace.to_str().unwrap(), "--approval", "auto", "-m"])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("write q and r")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(run.stderr.take().unwrap()).lines();
+    assert!(lines.any(|line| line.unwrap().starts_with("keel-failpoint-reached")));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    assert!(workspace.join("q.txt").exists() && !workspace.join("r.txt").exists());
+
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let (_, list) = client.get("/v1/sessions").await;
+    let session = list["sessions"][0]["id"].as_str().unwrap().to_owned();
+    // The host closes the dead run but does not bring it back in the background.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !host.stderr().contains("not resumed here") {
+        assert!(Instant::now() < deadline, "{}", host.stderr());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ledger = ledger(&env, &session);
+    assert_eq!(ledger.iter().filter(|e| e["kind"] == "run_started").count(), 1);
+    assert_eq!(ledger.last().unwrap()["kind"], "run_failed");
+    assert!(!workspace.join("r.txt").exists());
+    // The neighbour: asked to, the host resumes it.
+    let (status, body) = client.post(&format!("/v1/sessions/{session}/resume"), json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    client.wait_state(&session, "completed").await;
+    assert!(workspace.join("r.txt").exists());
+}

@@ -357,6 +357,14 @@ impl Host {
             if self.is_active(session_id) {
                 continue;
             }
+            if !self.takes_over(session_id).await {
+                eprintln!(
+                    "keel serve: closed the interrupted run of session {session_id}; not \
+                     resumed here (not a hosted session): POST /v1/sessions/{session_id}/resume \
+                     continues it"
+                );
+                continue;
+            }
             match self.start(session_id, Job::Resume, RunSettings::default()).await {
                 Ok(_) => eprintln!(
                     "keel serve: took over session {session_id} (its process stopped mid-run)"
@@ -367,6 +375,21 @@ impl Host {
                     error.message
                 ),
             }
+        }
+    }
+
+    /// Whether a dead process's run of the session is resumed here unasked: a session this
+    /// host created (its file is here), or one whose last run asked a person (`ask`), so
+    /// nothing it does needs no one. A `keel run` killed with `--approval auto` is not
+    /// brought back to life in the background.
+    async fn takes_over(&self, session_id: SessionId) -> bool {
+        if self.session_file(session_id).exists() {
+            return true;
+        }
+        match self.store.read(session_id, Seq(0)).await {
+            Ok(events) => SessionFacts::of(&events)
+                .is_some_and(|facts| facts.approval == Some(ApprovalMode::Ask)),
+            Err(_) => false,
         }
     }
 
