@@ -80,6 +80,34 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Mcp { command: McpCommand::List { workspace } } => {
             mcp::list(workspace.as_deref()).await
         }
+        Command::Serve {
+            listen,
+            allow_remote,
+            workspace_roots,
+            max_runs,
+            approval_timeout,
+            ping_interval,
+            max_body_bytes,
+        } => {
+            let duration = |flag: &str, text: &str| {
+                root::parse_duration(text).ok_or_else(|| {
+                    usage(format!("{flag}: give a positive time with its unit, such as 90s or 10m"))
+                })
+            };
+            let roots = if workspace_roots.is_empty() {
+                vec![std::env::current_dir().context("cannot read the current directory")?]
+            } else {
+                workspace_roots
+            };
+            let mut config = keel_host::serve::ServeConfig::new(listen, roots);
+            config.allow_remote = allow_remote;
+            config.max_runs = max_runs.max(1);
+            config.approval_timeout = duration("--approval-timeout", &approval_timeout)?;
+            config.ping_interval = duration("--ping-interval", &ping_interval)?;
+            config.max_body_bytes = max_body_bytes;
+            keel_host::serve::serve(config).await?;
+            Ok(exit::COMPLETED)
+        }
     }
 }
 

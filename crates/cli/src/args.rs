@@ -128,6 +128,32 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: McpCommand,
     },
+    /// The host: many sessions over an HTTP/SSE API (see README "keel serve").
+    Serve {
+        /// Address to listen on (port 0 picks a free one; the address is printed).
+        #[arg(long, default_value = "127.0.0.1:7711")]
+        listen: std::net::SocketAddr,
+        /// Allow a non-loopback --listen address (anyone who reaches it with the token
+        /// drives agents on this machine).
+        #[arg(long)]
+        allow_remote: bool,
+        /// Workspaces hosted sessions may use lie inside DIR (repeatable); default: the
+        /// current directory.
+        #[arg(long = "workspace-root", value_name = "DIR")]
+        workspace_roots: Vec<PathBuf>,
+        /// Runs driven at once; more answer 503 with Retry-After.
+        #[arg(long, default_value_t = 16)]
+        max_runs: usize,
+        /// How long a permission request waits for an answer before it ends as deny.
+        #[arg(long, default_value = "10m")]
+        approval_timeout: String,
+        /// Time between `: ping` comments on idle event streams.
+        #[arg(long, default_value = "15s")]
+        ping_interval: String,
+        /// Largest request body in bytes.
+        #[arg(long, default_value_t = 1024 * 1024)]
+        max_body_bytes: usize,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -517,6 +517,8 @@ impl keel_kernel::HolderLiveness for LocalProcesses {
 fn holder_alive(holder: &str) -> Option<bool> {
     let rest = holder.strip_prefix("keel pid ")?;
     let (pid, host) = rest.split_once(" on ")?;
+    // A role after the host name (`keel pid 7 on build-7 (inert)`) is the same process.
+    let host = host.split_once(" (").map_or(host, |(host, _)| host);
     let pid: u32 = pid.parse().ok()?;
     let this_host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
     if host != this_host.trim() {
@@ -643,7 +645,8 @@ pub async fn repair(kernel: &Kernel) {
 }
 
 /// A kernel that runs no agent code: no tools, a model that is never asked, every consent
-/// denied. For what needs the kernel but no run: sealing, startup repair.
+/// denied. For what needs the kernel but no run: sealing, repair. Its lease holder is
+/// this process's with ` (inert)`, so it leaves this process's own live runs alone.
 ///
 /// # Errors
 ///
@@ -662,7 +665,11 @@ pub fn inert_kernel(store: Arc<dyn Store>, observer: Arc<dyn Observer>) -> anyho
         counter: Arc::new(keel_contracts::ApproxCounter),
     })
     .context("cannot assemble an empty tool registry")?;
-    Ok(kernel.with_lease_holder(lease_holder()).with_holder_liveness(Arc::new(LocalProcesses)))
+    // A holder of its own: this process's runs hold `lease_holder()`, which this kernel
+    // must never re-acquire as its own (it would close a live run as interrupted).
+    Ok(kernel
+        .with_lease_holder(format!("{} (inert)", lease_holder()))
+        .with_holder_liveness(Arc::new(LocalProcesses)))
 }
 
 /// The model of an inert kernel: it is never asked anything.

@@ -18,6 +18,7 @@ mod redteam_trust;
 mod resume_e2e;
 mod retries_e2e;
 mod seal;
+mod serve_e2e;
 mod support;
 mod terminal_e2e;
 mod terminal_pty;

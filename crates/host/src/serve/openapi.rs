@@ -1,0 +1,64 @@
+//! The OpenAPI document served at `/v1/openapi.json` (what DESIGN.md §9's table says, in
+//! OpenAPI 3.1). A test checks that every route of the router is in it.
+
+/// The document.
+pub(crate) const DOCUMENT: &str = r##"{
+  "openapi": "3.1.0",
+  "info": {"title": "keel host API", "version": "1",
+    "description": "keel serve: sessions, turns, SSE events from the ledger, remote approvals. Every route but /v1/health needs Authorization: Bearer TOKEN. Errors are {\"error\": {\"code\", \"message\"}}."},
+  "components": {
+    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+    "schemas": {
+      "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
+      "Scope": {"oneOf": [{"type": "string", "description": "all, or TOOL,TOOL"}, {"type": "array", "items": {"type": "string"}}]},
+      "CreateSession": {"type": "object", "required": ["workspace"], "additionalProperties": false, "properties": {
+        "workspace": {"type": "string", "description": "absolute path inside the host's workspace roots"},
+        "model": {"type": "string", "description": "openai:MODEL | openai-responses:MODEL | anthropic:MODEL | scripted:PATH"},
+        "base_url": {"type": "string"},
+        "envelope": {"type": "object", "additionalProperties": false, "properties": {"reads": {"$ref": "#/components/schemas/Scope"}, "writes": {"$ref": "#/components/schemas/Scope"}, "forbid": {"$ref": "#/components/schemas/Scope"}}},
+        "mode": {"enum": ["live", "shadow"]},
+        "approval": {"enum": ["ask", "auto", "sandboxed", "deny"], "description": "ask (default): consent is asked over this API"}}},
+      "Turn": {"type": "object", "required": ["input"], "additionalProperties": false, "properties": {
+        "input": {"type": "string"}, "max_steps": {"type": "integer", "minimum": 1}, "max_tokens": {"type": "integer", "minimum": 1},
+        "max_cost_usd": {"type": "number"}, "max_time": {"type": "string", "description": "500ms, 90s, 10m, 2h"}}},
+      "Started": {"type": "object", "properties": {"turn_id": {"type": ["string", "null"]}, "run_id": {"type": ["string", "null"]}}},
+      "Session": {"type": "object", "properties": {"id": {"type": "string"}, "workspace": {"type": "string"}, "model": {"type": "string"}, "title": {"type": "string"},
+        "state": {"enum": ["idle", "running", "completed", "failed", "suspended", "cancelled", "denied", "sealed"]}, "active_here": {"type": "boolean"},
+        "created_at": {"type": "string"}, "updated_at": {"type": "string"}, "last_seq": {"type": "integer"}, "parent": {"type": ["string", "null"]},
+        "usage": {"type": "object", "properties": {"input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}, "estimated_tokens": {"type": "integer"}, "responses": {"type": "integer"}}},
+        "cost_usd": {"type": ["number", "null"]}}},
+      "Pending": {"type": "object", "properties": {"call_id": {"type": "string"}, "tool": {"type": "string"}, "access": {"enum": ["read", "write"]}, "arguments": {}, "requested_seq": {"type": "integer"}}},
+      "Answer": {"type": "object", "required": ["answer"], "additionalProperties": false, "properties": {"answer": {"enum": ["allow_once", "allow_session", "allow_exact", "deny"]}}}
+    },
+    "responses": {
+      "Error": {"description": "failure", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    },
+    "parameters": {
+      "id": {"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}
+    }
+  },
+  "security": [{"bearer": []}],
+  "paths": {
+    "/v1/health": {"get": {"security": [], "summary": "liveness, no token", "responses": {"200": {"description": "{status: ok, version}"}}}},
+    "/v1/openapi.json": {"get": {"summary": "this document", "responses": {"200": {"description": "OpenAPI 3.1"}}}},
+    "/v1/sessions": {
+      "post": {"summary": "create a session", "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CreateSession"}}}},
+        "responses": {"201": {"description": "{session_id}"}, "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}, "403": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"}}},
+      "get": {"summary": "sessions, newest first", "responses": {"200": {"description": "{sessions: [Session]}"}}}},
+    "/v1/sessions/{id}": {"get": {"parameters": [{"$ref": "#/components/parameters/id"}], "summary": "one session", "responses": {"200": {"description": "Session", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Session"}}}}, "404": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/sessions/{id}/turns": {"post": {"parameters": [{"$ref": "#/components/parameters/id"}], "summary": "a new turn; answers once its run started",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Turn"}}}},
+      "responses": {"202": {"description": "Started", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Started"}}}}, "409": {"$ref": "#/components/responses/Error"}, "423": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/sessions/{id}/resume": {"post": {"parameters": [{"$ref": "#/components/parameters/id"}], "summary": "resume the last turn with a new run", "responses": {"202": {"description": "Started"}, "409": {"$ref": "#/components/responses/Error"}, "423": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/sessions/{id}/cancel": {"post": {"parameters": [{"$ref": "#/components/parameters/id"}], "summary": "cancel the active run", "responses": {"202": {"description": "cancelling"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/sessions/{id}/seal": {"post": {"parameters": [{"$ref": "#/components/parameters/id"}], "summary": "seal: the session never runs agent code again", "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object", "properties": {"reason": {"type": "string"}}}}}}, "responses": {"200": {"description": "{sealed: true, reason, seq}"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/sessions/{id}/events": {"get": {"parameters": [{"$ref": "#/components/parameters/id"}, {"name": "after", "in": "query", "schema": {"type": "integer"}}, {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer"}}],
+      "summary": "SSE: id = ledger seq, event = kind, data = RuntimeEvent JSON; replays after the seq given, then follows; `: ping` comments; permission_pending events (no id) re-send pending requests; a final dropped event when the host drops a slow client",
+      "responses": {"200": {"description": "text/event-stream"}}}},
+    "/v1/sessions/{id}/permissions": {"get": {"parameters": [{"$ref": "#/components/parameters/id"}], "summary": "pending permission requests", "responses": {"200": {"description": "[Pending]", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/Pending"}}}}}}}},
+    "/v1/sessions/{id}/permissions/{call_id}": {"post": {"parameters": [{"$ref": "#/components/parameters/id"}, {"name": "call_id", "in": "path", "required": true, "schema": {"type": "string"}}],
+      "summary": "answer a request: the first answer wins; the same again is 200, a different one 409",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Answer"}}}},
+      "responses": {"200": {"description": "{answer, by, settled_seq}"}, "202": {"description": "accepted, not recorded yet"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}}
+  }
+}"##;
