@@ -224,8 +224,13 @@ fn normalized(path: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Whether `pattern` matches `path` or one of its ancestors (both normalized).
+/// Whether `pattern` matches `path` or one of its ancestors (both normalized). The empty
+/// pattern is the workspace root (`.`, `./`, the workspace's own absolute path): it covers
+/// every path in it (relative, not leading out with `..`).
 fn covers(pattern: &str, path: &str) -> bool {
+    if pattern.is_empty() {
+        return !path.starts_with('/') && path != ".." && !path.starts_with("../");
+    }
     if wildcard_match(pattern.as_bytes(), path.as_bytes()) {
         return true;
     }
@@ -297,12 +302,13 @@ impl Rule {
     /// For deny rules on paths: whether a call on `path` touches what the pattern covers —
     /// the path matches, or it is an ancestor of the pattern's fixed prefix (a recursive
     /// `grep` or `glob` over `.` reaches `docs/private/**`).
-    fn touches(&self, tool: &str, path: &str) -> bool {
+    fn touches(&self, tool: &str, path: &str, workspace: &str) -> bool {
         if self.tool != tool {
             return false;
         }
         let Some(pattern) = &self.pattern else { return true };
-        if covers(pattern, path) {
+        let pattern = normalize_path(pattern, workspace);
+        if covers(&pattern, path) {
             return true;
         }
         let fixed: &str = pattern.split(['*', '?']).next().unwrap_or_default();
@@ -449,9 +455,12 @@ impl PermissionRules {
                 || rule.tool != tool && READ_DENYING_TOOLS.contains(&rule.tool.as_str())
             {
                 let Some(pattern) = &rule.pattern else { return false };
+                // The pattern is normalized as the path is: `./secrets/**`, `/ws/secrets/**`
+                // and `secrets/**` deny the same files, and `.` denies the whole workspace.
+                let pattern = normalize_path(pattern, workspace);
                 return path_argument.is_some()
-                    && (covers(pattern, &textual_path)
-                        || resolved_path.is_some_and(|resolved| covers(pattern, resolved)));
+                    && (covers(&pattern, &textual_path)
+                        || resolved_path.is_some_and(|resolved| covers(&pattern, resolved)));
             }
             if let (Some(text), Some(line)) = (command_text, line) {
                 return rule.matches(tool, Some(text))
@@ -461,8 +470,8 @@ impl PermissionRules {
                         .any(|command| rule.matches(tool, Some(&command.text())));
             }
             if path_call && rule.pattern.is_some() {
-                rule.touches(tool, &textual_path)
-                    || resolved_path.is_some_and(|resolved| rule.touches(tool, resolved))
+                rule.touches(tool, &textual_path, workspace)
+                    || resolved_path.is_some_and(|resolved| rule.touches(tool, resolved, workspace))
             } else {
                 rule.matches(tool, primary)
             }
@@ -625,6 +634,41 @@ mod tests {
             let got = set.decide(tool, &arguments, "/ws").map(|(answer, _)| answer);
             assert_eq!(got, want, "{tool} {arguments}");
         }
+    }
+
+    /// A deny rule's pattern is normalized as the path is: `./secrets/**`, the workspace's
+    /// absolute spelling and `secrets/**` deny the same files, and a pattern that names the
+    /// workspace root (`.`, `./`, `/ws`) denies every path in it — never nothing.
+    #[test]
+    fn redteam_rules_deny_patterns_are_normalized_and_the_root_denies_everything() {
+        let spelled = [
+            "read_file(./secrets/**)",
+            "read_file(/ws/secrets/**)",
+            "path(./secrets)",
+            "write_file(./secrets/*)",
+        ];
+        for rule in spelled {
+            let set = rules(&["read_file", "write_file"], &[rule]);
+            let tool = if rule.starts_with("write_file") { "write_file" } else { "read_file" };
+            let got = set.decide(tool, &json!({"path": "secrets/key"}), "/ws").map(|(a, _)| a);
+            assert_eq!(got, Some(PermissionAnswer::Deny), "{rule} on secrets/key");
+            let got = set.decide(tool, &json!({"path": "src/lib.rs"}), "/ws").map(|(a, _)| a);
+            assert_eq!(got, Some(PermissionAnswer::AllowOnce), "{rule} on src/lib.rs");
+        }
+        for root in ["read_file(.)", "read_file(./)", "path(/ws)", "grep(.)"] {
+            let set = rules(&["read_file", "grep"], &[root]);
+            for path in ["src/lib.rs", ".", "a/b/c"] {
+                let got = set.decide("read_file", &json!({"path": path}), "/ws").map(|(a, _)| a);
+                assert_eq!(got, Some(PermissionAnswer::Deny), "{root} on {path}");
+            }
+            // Outside the workspace is not the workspace root.
+            let got = set.decide("read_file", &json!({"path": "/etc/hosts"}), "/ws");
+            assert_eq!(got.map(|(a, _)| a), Some(PermissionAnswer::AllowOnce), "{root}");
+        }
+        let root = DeniedPaths::new(["."], "/ws");
+        assert!(root.covers("src/lib.rs") && root.covers("a") && root.hides_everything_under(""));
+        let narrow = DeniedPaths::new(["./secrets/**"], "/ws");
+        assert!(narrow.covers("secrets/key") && !narrow.covers("src/lib.rs"));
     }
 
     fn line(commands: &[&[&str]]) -> CommandLine {
