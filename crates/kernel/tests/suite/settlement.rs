@@ -321,3 +321,44 @@ async fn redteam_rules_a_deny_rule_holds_on_the_resolved_path_alone() {
     );
     assert_eq!(harness.invocations(), vec![r#"write {"path":"src/a"}"#]);
 }
+
+/// Malformed arguments count toward the repeated-failure guard like any failure: the
+/// fourth identical malformed call is blocked.
+#[tokio::test]
+async fn identical_malformed_calls_are_blocked_after_three() {
+    use keel_contracts::{FinishReason, Outcome, ToolCall, ToolCallId};
+
+    use super::turn_loop::{Fixed, response};
+
+    let harness = Harness::new();
+    let malformed = |id: &str| ToolCall {
+        call_id: ToolCallId(id.into()),
+        name: "write".into(),
+        arguments: serde_json::Value::String("{\"path\":\"a\"}{".into()),
+        arguments_error: Some("trailing characters at line 1 column 13".into()),
+    };
+    let mut responses: Vec<_> = ["c1", "c2", "c3", "c4"]
+        .into_iter()
+        .map(|id| Ok(response("", vec![malformed(id)], FinishReason::ToolCalls)))
+        .collect();
+    responses.push(Ok(response("gave up", vec![], FinishReason::Stop)));
+    let kernel = harness.kernel_with(Arc::new(Fixed(Mutex::new(responses))));
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, "t", &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "gave up".into() });
+    let results: Vec<(Outcome, String)> = harness
+        .events(session)
+        .await
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::ToolResult { outcome, content, .. } => Some((*outcome, content.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 4);
+    assert!(results.iter().all(|(outcome, _)| *outcome == Outcome::Error), "{results:?}");
+    assert!(results[..3].iter().all(|(_, text)| text.contains("not valid JSON")), "{results:?}");
+    assert!(results[3].1.contains("blocked: this exact call already failed 3 times"));
+    assert!(harness.invocations().is_empty());
+}
