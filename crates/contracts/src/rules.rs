@@ -210,8 +210,9 @@ impl DeniedPaths {
 
 /// `path` normalized, borrowed when it already is (the common case in a walk).
 fn normalized(path: &str) -> std::borrow::Cow<'_, str> {
-    let clean = !path.is_empty()
-        && !path.ends_with('/')
+    // The empty path needs no test of its own: it splits into one empty part and is
+    // returned as it is, which is what `normalize_path` makes of it too.
+    let clean = !path.ends_with('/')
         && !path.contains("//")
         && path
             .split('/')
@@ -580,9 +581,10 @@ fn wildcard_match(pattern: &[u8], text: &[u8]) -> bool {
             }
             star = Some((p, t));
         } else if let Some((star_p, star_t)) = star {
+            // The `*` swallows one more byte; matching resumes after it.
             p = star_p;
             t = star_t + 1;
-            star = Some((star_p, star_t + 1));
+            star = Some((star_p, t));
         } else {
             return false;
         }
@@ -806,6 +808,117 @@ rm x",
         }
     }
 
+    /// A deny rule for a path also refuses a call on a folder that holds what it covers (a
+    /// recursive search reaches it), but not a sibling whose name merely shares a prefix.
+    #[test]
+    fn deny_rules_touch_ancestors_of_what_they_cover_and_nothing_beside() {
+        let set = rules(&["fetch"], &["grep(docs/private/**)", "fetch(https://evil.example/*)"]);
+        let decide = |tool: &str, arguments: serde_json::Value, resolved: Option<&str>| {
+            set.decide_resolved(tool, &arguments, "/ws", resolved).map(|(answer, _)| answer)
+        };
+        let deny = Some(PermissionAnswer::Deny);
+        let grep = |path: &str| json!({"pattern": "TOKEN", "path": path});
+        for reaching in [".", "", "docs", "./docs/", "/ws/docs", "docs/private/a"] {
+            assert_eq!(decide("grep", grep(reaching), None), deny, "{reaching:?}");
+        }
+        for beside in ["doc", "docs/public", "docsprivate", "src", "/elsewhere/docs"] {
+            assert_eq!(decide("grep", grep(beside), None), None, "{beside:?}");
+        }
+        // Decided on where the path really leads too, ancestors included.
+        assert_eq!(decide("grep", grep("link"), Some("docs")), deny);
+        assert_eq!(decide("grep", grep("link"), Some("docs/public")), None);
+        // Another tool's call on the same folder is not a grep.
+        assert_eq!(decide("glob", json!({"pattern": "*", "path": "docs"}), None), None);
+        // A call with a `url` and no `path` is matched on its url, not treated as a call
+        // that could reach any path.
+        assert_eq!(decide("fetch", json!({"url": "https://evil.example/x"}), None), deny);
+        let allow = Some(PermissionAnswer::AllowOnce);
+        assert_eq!(decide("fetch", json!({"url": "https://good.example/x"}), None), allow);
+    }
+
+    /// `normalize_path` at its edges: `..` at the top of a relative path is kept (it leads
+    /// outside), at the root of an absolute one dropped; `//`, `.` and a trailing slash
+    /// vanish; only the workspace itself or a path below it is made relative.
+    #[test]
+    fn normalize_path_table() {
+        let cases = [
+            ("a/b", "a/b"),
+            ("./a//b/", "a/b"),
+            ("a/./b/.", "a/b"),
+            ("a/../b", "b"),
+            ("a/b/../../c", "c"),
+            ("../a", "../a"),
+            ("a/../../b", "../b"),
+            ("../../a/..", "../.."),
+            ("/../a", "/a"),
+            ("/a/../../b", "/b"),
+            ("/", "/"),
+            ("", ""),
+            (".", ""),
+            ("/ws", ""),
+            ("/ws/", ""),
+            ("/ws/src/../a", "a"),
+            ("/ws//a", "a"),
+            ("/wsx/a", "/wsx/a"),
+            ("/other/ws/a", "/other/ws/a"),
+        ];
+        for (path, want) in cases {
+            assert_eq!(normalize_path(path, "/ws"), want, "{path:?}");
+            assert_eq!(normalize_path(path, "/ws/"), want, "{path:?} against /ws/");
+        }
+        // Without a workspace nothing is made relative.
+        assert_eq!(normalize_path("/ws/a", ""), "/ws/a");
+        // The borrowed fast path agrees on the edge cases too.
+        for (path, _) in cases {
+            assert_eq!(normalized(path), normalize_path(path, ""), "{path:?}");
+        }
+        for path in ["/..", "/.", "..", "a/..", "/a/..", "//", "a//", "/a/"] {
+            assert_eq!(normalized(path), normalize_path(path, ""), "{path:?}");
+        }
+    }
+
+    /// What a denied set covers: the pattern's matches and everything below them, never a
+    /// sibling; nothing when empty.
+    #[test]
+    fn denied_paths_cover_descendants_of_a_literal_pattern() {
+        let denied = DeniedPaths::new(["keys", "**/.env", "/etc/ssl"], "/ws");
+        assert!(!denied.is_empty());
+        for covered in ["keys", "keys/a", "keys/a/b", "./keys/", "app/.env/x", "/etc/ssl/k"] {
+            assert!(denied.covers(covered), "{covered:?}");
+        }
+        for beside in ["keysx/a", "key", "a/keys", "app/.envrc", "/etc/sslx", "/etc"] {
+            assert!(!denied.covers(beside), "{beside:?}");
+        }
+        let none = DeniedPaths::new(Vec::<String>::new(), "/ws");
+        assert!(none.is_empty() && !none.covers("keys") && none.patterns().is_empty());
+        // A pattern for the workspace itself (`.`) says nothing about paths outside it.
+        let root = DeniedPaths::new(["."], "/ws");
+        assert!(!root.covers("/etc/passwd"));
+    }
+
+    /// `wildcard_match` against a plain recursive matcher of the same rules.
+    fn reference_match(pattern: &[u8], text: &[u8]) -> bool {
+        match pattern.split_first() {
+            None => text.is_empty(),
+            Some((b'*', rest)) => (0..=text.len()).any(|skip| reference_match(rest, &text[skip..])),
+            Some((&first, rest)) => text.split_first().is_some_and(|(&c, tail)| {
+                (first == b'?' || first == c) && reference_match(rest, tail)
+            }),
+        }
+    }
+
+    proptest::proptest! {
+        /// The matcher agrees with the reference on small alphabets, where backtracking
+        /// after a `*` is exercised most.
+        #[test]
+        fn wildcard_match_agrees_with_the_reference(pattern in "[ab*?]{0,8}", text in "[ab]{0,10}") {
+            proptest::prop_assert_eq!(
+                wildcard_match(pattern.as_bytes(), text.as_bytes()),
+                reference_match(pattern.as_bytes(), text.as_bytes())
+            );
+        }
+    }
+
     #[test]
     fn wildcards() {
         assert!(wildcard_match(b"*", b""));
@@ -814,5 +927,23 @@ rm x",
         assert!(!wildcard_match(b"a?c", b"ac"));
         assert!(wildcard_match(b"src/**", b"src/a/b.rs"));
         assert!(!wildcard_match(b"src/**", b"srcx/a"));
+        // Backtracking: the first `b` is not the one the pattern's `b` must match.
+        let table: &[(&[u8], &[u8], bool)] = &[
+            (b"*ab", b"aab", true),
+            (b"*ab", b"abab", true),
+            (b"*ab", b"abba", false),
+            (b"a*b*c", b"abxbxc", true),
+            (b"a*b*c", b"abxbx", false),
+            (b"*?", b"", false),
+            (b"?*", b"x", true),
+            (b"**", b"", true),
+            (b"", b"", true),
+            (b"", b"a", false),
+            (b"a", b"", false),
+            (b"a**", b"a", true),
+        ];
+        for (pattern, text, want) in table {
+            assert_eq!(wildcard_match(pattern, text), *want, "{pattern:?} {text:?}");
+        }
     }
 }

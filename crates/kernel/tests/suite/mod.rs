@@ -13,6 +13,7 @@ mod recovery;
 mod repeats;
 mod retries;
 mod seal;
+mod settlement;
 mod support;
 mod turn_loop;
 mod usage;

@@ -110,6 +110,8 @@ pub(crate) struct Harness {
     pub(crate) rules: PermissionRules,
     pub(crate) ids: Arc<SeqIds>,
     pub(crate) clock: Arc<FakeClock>,
+    /// The session's workspace (`/ws`, which does not exist, unless a test needs real files).
+    pub(crate) workspace: std::path::PathBuf,
 }
 
 impl Harness {
@@ -129,6 +131,7 @@ impl Harness {
             rules: PermissionRules::default(),
             ids: Arc::new(SeqIds::new()),
             clock: Arc::new(FakeClock::new()),
+            workspace: "/ws".into(),
         }
     }
 
@@ -152,6 +155,29 @@ impl Harness {
             clock: self.clock.clone(),
             ids: self.ids.clone(),
             permissions,
+            observer: Arc::new(NoopObserver),
+            counter: Arc::new(keel_contracts::ApproxCounter),
+        })
+        .unwrap()
+    }
+
+    /// A kernel over `script` that reads the time from `clock` instead of the harness's.
+    pub(crate) fn kernel_with_clock(
+        &self,
+        script: &str,
+        clock: Arc<dyn keel_contracts::Clock>,
+    ) -> Kernel {
+        let model = ScriptedModel::new(serde_json::from_str(script).unwrap(), "test-script");
+        Kernel::new(KernelDeps {
+            store: self.store.clone(),
+            model: Arc::new(model),
+            tools: default_tools(&self.log)
+                .into_iter()
+                .chain(self.extra_tools.iter().cloned())
+                .collect(),
+            clock,
+            ids: self.ids.clone(),
+            permissions: Arc::new(StaticPermissions(self.approval)),
             observer: Arc::new(NoopObserver),
             counter: Arc::new(keel_contracts::ApproxCounter),
         })
@@ -185,7 +211,7 @@ impl Harness {
     pub(crate) async fn session(&self, kernel: &Kernel) -> SessionId {
         kernel
             .create_session(&SessionConfig {
-                workspace: "/ws".into(),
+                workspace: self.workspace.clone(),
                 model_spec: "scripted:test".into(),
                 envelope: self.envelope.clone(),
                 mode: self.mode,

@@ -150,7 +150,7 @@ async fn script_expectation_failure_fails_the_run_with_a_clear_reason() {
 /// A model that returns fixed responses in order, for shapes the scripted model cannot
 /// produce (malformed arguments, truncation).
 #[derive(Debug)]
-struct Fixed(std::sync::Mutex<Vec<Result<ModelResponse, ModelError>>>);
+pub(crate) struct Fixed(pub(crate) std::sync::Mutex<Vec<Result<ModelResponse, ModelError>>>);
 
 #[async_trait]
 impl ModelClient for Fixed {
@@ -166,7 +166,11 @@ impl ModelClient for Fixed {
     }
 }
 
-fn response(text: &str, tool_calls: Vec<ToolCall>, finish_reason: FinishReason) -> ModelResponse {
+pub(crate) fn response(
+    text: &str,
+    tool_calls: Vec<ToolCall>,
+    finish_reason: FinishReason,
+) -> ModelResponse {
     ModelResponse {
         text: text.into(),
         reasoning: Vec::new(),
