@@ -101,6 +101,33 @@ impl fmt::Debug for Credential<'_> {
     }
 }
 
+/// One HTTP client per connect timeout and tokio runtime, shared by every transport built
+/// there. Building a client loads and parses the system's root certificates (≈ 40% of
+/// `keel serve`'s CPU when every run built its own; BENCHMARKS.md "Host"); a shared one
+/// also reuses connections across runs. Per runtime, because a pooled connection belongs
+/// to the runtime that opened it. Headers and credentials are per request, never the
+/// client's, so sharing carries none of them. At most 16 are kept (the oldest dropped).
+fn shared_client(connect: std::time::Duration) -> Result<reqwest::Client, BuildError> {
+    type Key = (Option<tokio::runtime::Id>, std::time::Duration);
+    static CLIENTS: std::sync::Mutex<Vec<(Key, reqwest::Client)>> =
+        std::sync::Mutex::new(Vec::new());
+    let key = (tokio::runtime::Handle::try_current().ok().map(|handle| handle.id()), connect);
+    let mut clients = CLIENTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, client)) = clients.iter().find(|(k, _)| *k == key) {
+        return Ok(client.clone());
+    }
+    let client = reqwest::Client::builder()
+        .connect_timeout(connect)
+        .user_agent(concat!("keel/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|error| BuildError::HttpClient { message: error.to_string() })?;
+    if clients.len() >= 16 {
+        clients.remove(0);
+    }
+    clients.push((key, client.clone()));
+    Ok(client)
+}
+
 impl Transport {
     /// A transport for `{base_url}/{path}`.
     ///
@@ -135,11 +162,7 @@ impl Transport {
             None => None,
         };
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let http = reqwest::Client::builder()
-            .connect_timeout(timeouts.connect)
-            .user_agent(concat!("keel/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|error| BuildError::HttpClient { message: error.to_string() })?;
+        let http = shared_client(timeouts.connect)?;
         Ok(Transport { endpoint, headers, secret, timeouts, http })
     }
 
