@@ -7,6 +7,8 @@
 //! answer), all sessions at once. The ideal step rate is SESSIONS / 50 ms: every session
 //! always waiting on its model. Prints the figures; exits non-zero only on a failure of
 //! the run itself (a bench reports, it does not judge).
+// A bench, like a test, stops at the first broken assumption.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
