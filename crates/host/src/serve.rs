@@ -13,6 +13,10 @@
 //! - **Closed by default.** Loopback unless `--allow-remote`; every route but
 //!   `/v1/health` needs the bearer token; bodies are capped; no CORS; the token is never
 //!   printed or logged.
+//! - **The web timeline** (`GET /`, [`web`]) escapes all ledger text, logs a browser in
+//!   with a one-time link (printed at start; not the bearer token) for an HttpOnly,
+//!   SameSite=Strict cookie, and takes a state change with the cookie only with its CSRF
+//!   header and a same-origin `Origin`.
 
 mod api;
 mod approvals;
@@ -21,6 +25,7 @@ mod ledger;
 mod openapi;
 mod state;
 mod token;
+mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -113,12 +118,22 @@ pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
         .await
         .map_err(|error| root::usage(format!("cannot listen on {}: {error}", config.listen)))?;
     let address = listener.local_addr()?;
-    let router = api::router(api::AppState { host: host.clone(), token: token.secret.into() });
+    let web = Arc::new(web::WebAuth::default());
+    let login = web.mint(None)?;
+    let router = api::router(api::AppState {
+        host: host.clone(),
+        token: token.secret.into(),
+        web: web.clone(),
+    });
     // Printed for people and scripts (a port 0 becomes the real one); the token is not.
     {
         use std::io::Write as _;
         // A closed stdout is no reason to stop serving.
-        let _ = writeln!(std::io::stdout().lock(), "keel serve: listening on http://{address}");
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "keel serve: listening on http://{address}");
+        // The web timeline's one-time login link (not the bearer token): spent on first use.
+        let _ = writeln!(out, "keel serve: web timeline at http://{address}/login?token={login}");
+        let _ = out.flush();
     }
     eprintln!("keel serve: bearer token from {}", token.source);
     // Runs dead processes left are taken over now and every `takeover_interval`; pending

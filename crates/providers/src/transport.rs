@@ -101,6 +101,45 @@ impl fmt::Debug for Credential<'_> {
     }
 }
 
+/// One HTTP client per connect timeout, tokio runtime and scheme (an http-only client
+/// loads no root certificates), shared by every transport built
+/// there. Building a client loads and parses the system's root certificates (≈ 40% of
+/// `keel serve`'s CPU when every run built its own; BENCHMARKS.md "Host"); a shared one
+/// also reuses connections across runs. Per runtime, because a pooled connection belongs
+/// to the runtime that opened it. Headers and credentials are per request, never the
+/// client's, so sharing carries none of them. At most 16 are kept (the oldest dropped).
+fn shared_client(
+    connect: std::time::Duration,
+    plain_http: bool,
+) -> Result<reqwest::Client, BuildError> {
+    type Key = (Option<tokio::runtime::Id>, std::time::Duration, bool);
+    static CLIENTS: std::sync::Mutex<Vec<(Key, reqwest::Client)>> =
+        std::sync::Mutex::new(Vec::new());
+    let runtime = tokio::runtime::Handle::try_current().ok().map(|handle| handle.id());
+    let key = (runtime, connect, plain_http);
+    let mut clients = CLIENTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, client)) = clients.iter().find(|(k, _)| *k == key) {
+        return Ok(client.clone());
+    }
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(connect)
+        .user_agent(concat!("keel/", env!("CARGO_PKG_VERSION")));
+    if plain_http {
+        // No TLS to an http endpoint: skip loading the system's root certificates (the
+        // platform verifier reads the whole store when the client is built). With no
+        // roots, a redirect to https fails verification: closed, never unverified.
+        builder = builder.tls_certs_only(std::iter::empty());
+    }
+    let client = builder
+        .build()
+        .map_err(|error| BuildError::HttpClient { message: error.to_string() })?;
+    if clients.len() >= 16 {
+        clients.remove(0);
+    }
+    clients.push((key, client.clone()));
+    Ok(client)
+}
+
 impl Transport {
     /// A transport for `{base_url}/{path}`.
     ///
@@ -135,18 +174,7 @@ impl Transport {
             None => None,
         };
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(timeouts.connect)
-            .user_agent(concat!("keel/", env!("CARGO_PKG_VERSION")));
-        if endpoint.scheme() == "http" {
-            // No TLS to an http endpoint: skip loading the system's root certificates (the
-            // platform verifier reads the whole store when the client is built). With no
-            // roots, a redirect to https fails verification: closed, never unverified.
-            builder = builder.tls_certs_only(std::iter::empty());
-        }
-        let http = builder
-            .build()
-            .map_err(|error| BuildError::HttpClient { message: error.to_string() })?;
+        let http = shared_client(timeouts.connect, endpoint.scheme() == "http")?;
         Ok(Transport { endpoint, headers, secret, timeouts, http })
     }
 

@@ -22,3 +22,4 @@ mod serve_e2e;
 mod support;
 mod terminal_e2e;
 mod terminal_pty;
+mod web_e2e;

@@ -26,6 +26,8 @@ use crate::root::{self, RunSettings};
 pub(crate) struct AppState {
     pub(crate) host: Arc<Host>,
     pub(crate) token: Arc<str>,
+    /// The web timeline's login links and logged-in browsers.
+    pub(crate) web: Arc<super::web::WebAuth>,
 }
 
 /// Leaves the token out, so no `{:?}` can log it.
@@ -50,11 +52,12 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/events", get(get_events))
         .route("/v1/sessions/{id}/permissions", get(list_permissions))
         .route("/v1/sessions/{id}/permissions/{call_id}", post(answer_permission))
-        // `GET /` (the web timeline) is mounted here, behind the same token or its cookie.
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        // The bearer token, or a logged-in browser's cookie (with CSRF checks).
+        .route_layer(middleware::from_fn_with_state(state.clone(), super::web::require_auth));
     Router::new()
         .route("/v1/health", get(health))
         .merge(protected)
+        .merge(super::web::router(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
@@ -194,7 +197,11 @@ where
 
 /// Answers 401 unless `Authorization: Bearer TOKEN` carries the host's token (compared in
 /// constant time). The token is never logged or echoed.
-async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn require_token(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
     let offered = request
         .headers()
         .get(header::AUTHORIZATION)

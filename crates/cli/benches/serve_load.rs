@@ -1,0 +1,221 @@
+//! `keel serve` under load (issue #15, BENCHMARKS.md "Host: many sessions"): the real
+//! binary, N sessions driven at once over HTTP against a loopback OpenAI-compatible server
+//! that answers every request after 50 ms; and the host's RSS over N idle sessions.
+//!
+//! `cargo bench -p keel-cli --bench serve_load -- [SESSIONS] [STEPS]` (default 1000 5).
+//! Each session runs one turn of STEPS model steps (STEPS-1 `todo` calls, then an
+//! answer), all sessions at once. The ideal step rate is SESSIONS / 50 ms: every session
+//! always waiting on its model. Prints the figures; exits non-zero only on a failure of
+//! the run itself (a bench reports, it does not judge).
+// A bench, like a test, stops at the first broken assumption.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "bench-token-0123456789abcdef";
+const MODEL_DELAY: Duration = Duration::from_millis(50);
+
+#[derive(Clone)]
+struct Mock {
+    steps: usize,
+    served: Arc<AtomicU64>,
+}
+
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    let body = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "mock",
+                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    format!("data: {body}\n\n")
+}
+
+fn finish(out: &mut String, reason: &str) {
+    out.push_str(&chunk(json!({}), Some(reason)));
+    let usage = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "mock",
+                       "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 10,
+                       "total_tokens": 110}});
+    out.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
+}
+
+/// Sleeps 50 ms, then a `todo` call until the conversation has STEPS-1 tool results, then
+/// an answer.
+async fn completions(State(mock): State<Mock>, body: axum::body::Bytes) -> impl IntoResponse {
+    tokio::time::sleep(MODEL_DELAY).await;
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let results = request["messages"]
+        .as_array()
+        .map_or(0, |messages| messages.iter().filter(|m| m["role"] == "tool").count());
+    let mut out = String::new();
+    if results + 1 < mock.steps {
+        let arguments = json!({"items": [{"text": format!("step {results}"), "status": "done"}]});
+        out.push_str(&chunk(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
+                   "id": format!("call_{results}"), "type": "function",
+                   "function": {"name": "todo", "arguments": arguments.to_string()}}]}),
+            None,
+        ));
+        finish(&mut out, "tool_calls");
+    } else {
+        out.push_str(&chunk(json!({"role": "assistant", "content": "Done."}), None));
+        finish(&mut out, "stop");
+    }
+    mock.served.fetch_add(1, Ordering::Relaxed);
+    ([(header::CONTENT_TYPE, "text/event-stream")], out)
+}
+
+/// Resident set size of `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// User + system CPU seconds of `pid`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let sessions: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let steps: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+
+    let mock = Mock { steps, served: Arc::new(AtomicU64::new(0)) };
+    let app =
+        Router::new().route("/v1/chat/completions", post(completions)).with_state(mock.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the mock");
+    let mock_address = listener.local_addr().expect("the mock's address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let home = tempfile::tempdir().expect("a KEEL_HOME");
+    let scratch = tempfile::tempdir().expect("a scratch folder");
+    let workspace = scratch.path().join("ws");
+    std::fs::create_dir_all(&workspace).expect("the workspace");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+        .env("KEEL_HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join("xdg"))
+        .env("KEEL_SERVE_TOKEN", TOKEN)
+        .env("OPENAI_API_KEY", "sk-bench")
+        .args(["serve", "--listen", "127.0.0.1:0", "--max-runs"])
+        .arg((sessions * 2).to_string())
+        .arg("--workspace-root")
+        .arg(scratch.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start keel serve");
+    let pid = child.id();
+    let stdout = child.stdout.take().expect("its stdout");
+    let base = {
+        use std::io::BufRead as _;
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        std::thread::spawn(move || for _ in lines {});
+        first.trim_start_matches("keel serve: listening on ").trim().to_owned()
+    };
+    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("a client");
+    let base_url = format!("http://{mock_address}/v1");
+
+    // Idle sessions: the host's RSS before and after creating them.
+    let health = http.get(format!("{base}/v1/health")).send().await.expect("health");
+    assert!(health.status().is_success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_before = rss_kib(pid);
+    let create = |http: reqwest::Client| {
+        let (base, base_url, workspace) = (base.clone(), base_url.clone(), workspace.clone());
+        async move {
+            let response = http
+                .post(format!("{base}/v1/sessions"))
+                .bearer_auth(TOKEN)
+                .json(&json!({"workspace": workspace, "model": "openai:mock",
+                              "base_url": base_url, "approval": "auto"}))
+                .send()
+                .await
+                .expect("create a session");
+            assert_eq!(response.status(), 201);
+            let body: Value = response.json().await.expect("its id");
+            body["session_id"].as_str().expect("an id").to_owned()
+        }
+    };
+    let mut ids = Vec::with_capacity(sessions);
+    let started = Instant::now();
+    for batch in (0..sessions).collect::<Vec<_>>().chunks(50) {
+        let made = futures::future::join_all(batch.iter().map(|_| create(http.clone()))).await;
+        ids.extend(made);
+    }
+    let created_in = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_idle = rss_kib(pid);
+    let per_session = (rss_idle.saturating_sub(rss_before)) as f64 * 1024.0 / sessions as f64;
+    println!(
+        "idle: {sessions} sessions created in {:.2} s; host RSS {rss_before} KiB -> {rss_idle} KiB: \
+         {:.1} KB per idle session",
+        created_in.as_secs_f64(),
+        per_session / 1000.0
+    );
+
+    // All sessions at once: one turn of STEPS steps each.
+    let cpu_before = cpu_seconds(pid);
+    let served_before = mock.served.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let turns = ids.iter().map(|id| {
+        let (http, base) = (http.clone(), base.clone());
+        let id = id.clone();
+        async move {
+            let response = http
+                .post(format!("{base}/v1/sessions/{id}/turns"))
+                .bearer_auth(TOKEN)
+                .json(&json!({"input": "go"}))
+                .send()
+                .await
+                .expect("post a turn");
+            response.status().as_u16()
+        }
+    });
+    let statuses = futures::future::join_all(turns).await;
+    let accepted = statuses.iter().filter(|s| **s == 202).count();
+    let posted_in = started.elapsed();
+    let expected = (accepted * steps) as u64;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while mock.served.load(Ordering::Relaxed) - served_before < expected {
+        assert!(Instant::now() < deadline, "the steps did not finish in 10 minutes");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let elapsed = started.elapsed();
+    let cpu = cpu_seconds(pid) - cpu_before;
+    let rss_after = rss_kib(pid);
+    let rate = expected as f64 / elapsed.as_secs_f64();
+    let ideal = accepted as f64 / MODEL_DELAY.as_secs_f64();
+    println!(
+        "load: {accepted}/{sessions} turns accepted (all posted in {:.2} s), {expected} steps in \
+         {:.2} s: {rate:.0} steps/s; ideal {ideal:.0} steps/s ({} x 50 ms): {:.1}% of ideal",
+        posted_in.as_secs_f64(),
+        elapsed.as_secs_f64(),
+        steps,
+        100.0 * rate / ideal
+    );
+    println!(
+        "host: {cpu:.1} CPU s over the load ({:.2} ms CPU per step, {:.0}% of 2 cores); RSS after \
+         {rss_after} KiB",
+        1000.0 * cpu / expected.max(1) as f64,
+        100.0 * cpu / elapsed.as_secs_f64() / 2.0
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
