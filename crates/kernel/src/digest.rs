@@ -52,13 +52,54 @@ pub fn request_digest(request: &ModelRequest) -> String {
     combine(&head_digest(request), &chain)
 }
 
+/// The links of a request's messages, kept between requests by a caller that knows which
+/// messages changed (the incremental projection, [`crate::context::IncrementalContext`]):
+/// `link(i)` is `m_{i+1}` of the module docs.
+#[derive(Debug, Default, Clone)]
+pub struct MessageChain {
+    links: Vec<String>,
+}
+
+impl MessageChain {
+    /// Messages whose links are kept.
+    pub fn len(&self) -> usize {
+        self.links.len()
+    }
+
+    /// Whether no link is kept.
+    pub fn is_empty(&self) -> bool {
+        self.links.is_empty()
+    }
+
+    /// Forgets the links of the messages at index `len` and after (they changed).
+    pub fn truncate(&mut self, len: usize) {
+        self.links.truncate(len);
+    }
+
+    /// The digest of `request`, equal to [`request_digest`]'s provided the request's first
+    /// [`MessageChain::len`] messages are those the kept links were made from (the caller's
+    /// promise: it truncates the chain at every message it changes). Hashes only the
+    /// messages after those.
+    pub fn digest(&mut self, request: &ModelRequest) -> String {
+        self.links.truncate(request.messages.len());
+        for message in &request.messages[self.links.len()..] {
+            let next = match self.links.last() {
+                Some(previous) => link(previous, message),
+                None => link(&chain_start(), message),
+            };
+            self.links.push(next);
+        }
+        let chain = self.links.last().cloned().unwrap_or_else(chain_start);
+        combine(&head_digest(request), &chain)
+    }
+}
+
 /// The previous request's messages and their chain, to digest the next request
 /// incrementally. The value is always equal to [`request_digest`]'s.
 #[derive(Debug, Default)]
 pub struct RequestDigests {
     messages: Vec<Message>,
-    /// `chain[i]` is `m_{i+1}`: the chain after message `i`.
-    chain: Vec<String>,
+    chain: MessageChain,
 }
 
 impl RequestDigests {
@@ -73,13 +114,8 @@ impl RequestDigests {
             .count();
         self.messages.truncate(shared);
         self.chain.truncate(shared);
-        for message in &request.messages[shared..] {
-            let previous = self.chain.last().cloned().unwrap_or_else(chain_start);
-            self.chain.push(link(&previous, message));
-            self.messages.push(message.clone());
-        }
-        let chain = self.chain.last().cloned().unwrap_or_else(chain_start);
-        combine(&head_digest(request), &chain)
+        self.messages.extend_from_slice(&request.messages[shared..]);
+        self.chain.digest(request)
     }
 }
 
