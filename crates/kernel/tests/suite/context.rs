@@ -124,6 +124,44 @@ async fn large_results_are_previews_with_a_handle_and_read_tool_result_pages_the
     assert!(content.ends_with(expected), "{content}");
 }
 
+/// Issue #13: a model whose window is unknown gets the 128 000-token default, so a long
+/// session is pruned (and compacted) instead of growing without bound.
+#[tokio::test]
+async fn issue_13_an_unknown_window_is_the_default_window() {
+    let mut harness = Harness::new();
+    harness.extra_tools.push(Emit::tool());
+    harness.context = ContextPolicy::for_window(None);
+    let budget =
+        ContextPolicy::for_window(Some(ContextPolicy::DEFAULT_WINDOW_TOKENS)).budget().unwrap();
+    // Each result is a 16 KiB preview (~5 500 tokens): 40 of them are ~220 000 tokens.
+    let (kernel, requests) = harness.recording_kernel(&emit_script(40, |_| 60_000));
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, TASK, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() });
+    let requests = requests.lock().unwrap().clone();
+    check_requests(&requests, budget);
+    let biggest = requests
+        .iter()
+        .filter(|r| r.purpose == RequestPurpose::Conversation)
+        .map(|r| estimate_request_tokens(r, &ApproxCounter))
+        .max()
+        .unwrap();
+    assert!(biggest > budget / 2, "the session never came near the default window: {biggest}");
+    let events = harness.events(session).await;
+    // Without a window nothing would be pruned; against the default, old results are.
+    assert!(events.iter().any(|e| matches!(
+        e.kind,
+        EventKind::ModelRequested { pruned_results, .. } if pruned_results > 0
+    )));
+    // What the model reported is still recorded as it was: unknown.
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::RunComposition { context_window: None, .. }))
+    );
+}
+
 #[tokio::test]
 async fn a_long_session_in_a_small_window_stays_in_budget_and_keeps_the_task() {
     let mut harness = Harness::new();
