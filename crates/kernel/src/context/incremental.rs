@@ -4,7 +4,7 @@
 //! [`IncrementalContext`] keeps, for the retained part of the ledger, the projected entries
 //! (a [`Projector`] fold fed only the new events), each entry's token estimate (computed
 //! once), the stub that replaces it when pruned (made once), and the messages of the last
-//! request with their digest chain. Every step it redoes only the pruning *decisions*, over
+//! request with their digests ([`MessageDigests`]). Every step it redoes only the pruning *decisions*, over
 //! the cached integer sizes with the same algorithm as [`context::prune`], and changes the
 //! kept messages where a decision changed.
 //!
@@ -24,7 +24,7 @@ use keel_contracts::{
 };
 
 use super::{CARRIED_NOTE_HEADING, CARRIED_NOTE_OPENING, CONTINUE_NOTE, MIN_PREVIEW_BYTES, Window};
-use crate::digest::MessageChain;
+use crate::digest::MessageDigests;
 use crate::projection::{self, Entry, Projector};
 
 /// What a fit came to: the figures of [`context::Fitted`](super::Fitted) without the
@@ -146,8 +146,8 @@ pub struct IncrementalContext {
     messages_ok: bool,
     lent: bool,
     front: Front,
-    /// Links of `messages`, truncated wherever a message changes.
-    chain: MessageChain,
+    /// Digests of `messages`, told of every message that changes.
+    digests: MessageDigests,
 }
 
 impl IncrementalContext {
@@ -192,7 +192,7 @@ impl IncrementalContext {
     /// messages changed since the previous digest. `request.messages` must be the messages
     /// of the last [`IncrementalContext::take_request`].
     pub fn digest(&mut self, request: &ModelRequest) -> String {
-        self.chain.digest(request)
+        self.digests.digest(request)
     }
 
     /// Gives back the messages lent by [`IncrementalContext::take_request`] (unchanged).
@@ -286,7 +286,7 @@ impl IncrementalContext {
         if self.messages_ok {
             let kept = self.front.messages_for(keep).min(self.messages.len());
             self.messages.truncate(kept);
-            self.chain.truncate(kept);
+            self.digests.truncate(kept);
         }
         for entry in &projector.committed()[changed..] {
             self.slots.push(slot(entry.clone(), counter));
@@ -402,7 +402,7 @@ impl IncrementalContext {
         if !self.messages_ok {
             self.front = Front::of(&self.slots);
             self.messages.clear();
-            self.chain.truncate(0);
+            self.digests.truncate(0);
             if self.front.continue_note {
                 self.messages.push(Message::User { text: CONTINUE_NOTE.to_owned() });
             }
@@ -428,7 +428,7 @@ impl IncrementalContext {
                 self.messages[at] = message_for(slot);
             }
             slot.sent = slot.want.clone();
-            self.chain.truncate(at);
+            self.digests.changed(at);
         }
     }
 }
