@@ -3,14 +3,19 @@
 //!
 //! 1. Step time at step N: the time between consecutive model calls (projection, gate,
 //!    prepare, invoke, result and every append of the step), median of steps 50–250 versus
-//!    the median of the last 200, with an unknown context window and with a known one.
-//! 2. Peak RSS (`VmHWM` of `/proc/self/status`) after N steps, each size in its own
-//!    process (this binary re-executes itself) so peaks do not mix.
+//!    the median of the last 200, with an unknown context window (the kernel's 128 000-token
+//!    default) and with a known one (32 000 tokens).
+//! 2. Peak RSS (`VmHWM` of `/proc/self/status`) after N steps, unknown window.
+//!
+//! Every measurement runs in its own child process (this binary re-executes itself), once
+//! per allocator: glibc's `malloc` and mimalloc, chosen at the child's first allocation by
+//! `KEEL_BENCH_ALLOCATOR`, and interleaved so both see the same load.
 //!
 //! Run: `cargo bench -p keel-cli --bench long_session`
 //! Sizes: `KEEL_BENCH_STEPS` (default 10000) for the step times, `KEEL_BENCH_RSS_STEPS`
-//! (default `1000,20000`) for the peaks. A plain `harness = false` binary: criterion's
-//! repeated iterations are the wrong shape for "the time of step N".
+//! (default `1000,20000`) for the peaks; `KEEL_BENCH_WINDOWS=unknown|known` runs one mode,
+//! `KEEL_BENCH_ALLOCATORS=glibc|mimalloc` one allocator. A plain `harness = false` binary:
+//! criterion's repeated iterations are the wrong shape for "the time of step N".
 #![allow(clippy::unwrap_used, clippy::print_stdout, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
@@ -26,6 +31,73 @@ use keel_kernel::{
     Cancellation, Kernel, KernelDeps, NoopObserver, RunConfig, SessionConfig, StaticPermissions,
 };
 use keel_providers::ScriptedModel;
+
+/// The allocator of this process, chosen once, at its first allocation (before `main`),
+/// from `KEEL_BENCH_ALLOCATOR` (`mimalloc`, or glibc's `malloc` otherwise): every block is
+/// freed by the allocator that made it.
+#[allow(unsafe_code)]
+mod allocator {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    use mimalloc::MiMalloc;
+
+    /// 0: not chosen yet, 1: glibc, 2: mimalloc.
+    static CHOICE: AtomicU8 = AtomicU8::new(0);
+
+    /// Whether this process allocates with mimalloc.
+    pub(crate) fn mimalloc() -> bool {
+        let choice = CHOICE.load(Ordering::Relaxed);
+        if choice != 0 {
+            return choice == 2;
+        }
+        // SAFETY: `getenv` reads the environment without allocating; the name is a valid C
+        // string, and the result, when not null, is a C string owned by the environment.
+        let value = unsafe { libc::getenv(c"KEEL_BENCH_ALLOCATOR".as_ptr()) };
+        let mimalloc = !value.is_null()
+            // SAFETY: see above.
+            && unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes() == b"mimalloc";
+        // Threads racing here read the same environment and store the same choice.
+        CHOICE.store(if mimalloc { 2 } else { 1 }, Ordering::Relaxed);
+        mimalloc
+    }
+
+    #[derive(Debug)]
+    pub(crate) struct Switch;
+
+    // SAFETY: every call is forwarded to one allocator, the same for the whole process.
+    unsafe impl GlobalAlloc for Switch {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: forwarded with the caller's guarantees.
+            unsafe { if mimalloc() { MiMalloc.alloc(layout) } else { System.alloc(layout) } }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: forwarded with the caller's guarantees.
+            unsafe {
+                if mimalloc() { MiMalloc.alloc_zeroed(layout) } else { System.alloc_zeroed(layout) }
+            }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: `ptr` came from the same allocator (the choice never changes).
+            unsafe {
+                if mimalloc() { MiMalloc.dealloc(ptr, layout) } else { System.dealloc(ptr, layout) }
+            }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            // SAFETY: `ptr` came from the same allocator (the choice never changes).
+            unsafe {
+                if mimalloc() {
+                    MiMalloc.realloc(ptr, layout, new_size)
+                } else {
+                    System.realloc(ptr, layout, new_size)
+                }
+            }
+        }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: allocator::Switch = allocator::Switch;
 
 #[derive(Debug)]
 struct Noop(ToolSpec);
@@ -169,19 +241,42 @@ fn step_times(steps: usize, window: Option<u64>) {
     let early = median(durations[49.min(durations.len())..250.min(durations.len())].to_vec());
     let late = median(durations[durations.len().saturating_sub(200)..].to_vec());
     let label = window.map_or_else(|| "unknown".to_owned(), |w| format!("{w} tokens"));
+    let allocator = if allocator::mimalloc() { "mimalloc" } else { "glibc" };
     println!(
-        "long_session/step_time window={label} steps={steps}: median steps 50-250 {early:.2?}, \
-         median last 200 {late:.2?}, ratio {:.2}x (whole run {:.1?}, {summaries} summary calls)",
+        "long_session/step_time alloc={allocator} window={label} steps={steps}: median steps \
+         50-250 {early:.2?}, median last 200 {late:.2?}, ratio {:.2}x (whole run {:.1?}, \
+         {summaries} summary calls)",
         late.as_secs_f64() / early.as_secs_f64().max(1e-9),
         started.elapsed()
     );
 }
 
+/// Runs this binary again with `child` as `KEEL_BENCH_CHILD` under `allocator`; returns
+/// its output.
+fn child(child: &str, allocator: &str) -> String {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("KEEL_BENCH_CHILD", child)
+        .env("KEEL_BENCH_ALLOCATOR", allocator)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
 fn main() {
-    if let Ok(steps) = std::env::var("KEEL_BENCH_CHILD_STEPS") {
-        let steps: usize = steps.parse().unwrap();
-        let _ = run(steps, None);
-        println!("{}", vm_hwm_kib());
+    // A child: one measurement (`steps:N:unknown|known` or `rss:N`).
+    if let Ok(job) = std::env::var("KEEL_BENCH_CHILD") {
+        let parts: Vec<&str> = job.split(':').collect();
+        match parts.as_slice() {
+            ["steps", steps, window] => {
+                step_times(steps.parse().unwrap(), (*window == "known").then_some(32_000));
+            }
+            ["rss", steps] => {
+                let _ = run(steps.parse().unwrap(), None);
+                println!("{}", vm_hwm_kib());
+            }
+            _ => panic!("unknown KEEL_BENCH_CHILD {job}"),
+        }
         return;
     }
     // `cargo bench` passes `--bench`; a filter argument other than flags is ignored.
@@ -192,36 +287,43 @@ fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    // `KEEL_BENCH_WINDOWS`: `unknown`, `known` or both (the default).
-    let windows = std::env::var("KEEL_BENCH_WINDOWS").unwrap_or_else(|_| "unknown,known".into());
+    let listed = |variable: &str, default: &str, all: &[&'static str]| -> Vec<&'static str> {
+        let value = std::env::var(variable).unwrap_or_else(|_| default.into());
+        all.iter().copied().filter(|name| value.split(',').any(|v| v.trim() == *name)).collect()
+    };
+    let windows = listed("KEEL_BENCH_WINDOWS", "unknown,known", &["unknown", "known"]);
+    let allocators = listed("KEEL_BENCH_ALLOCATORS", "glibc,mimalloc", &["glibc", "mimalloc"]);
     if steps > 0 {
-        if windows.contains("unknown") {
-            step_times(steps, None);
-        }
-        if windows.split(',').any(|w| w.trim() == "known") {
-            step_times(steps, Some(32_000));
+        for window in &windows {
+            for allocator in &allocators {
+                println!("{}", child(&format!("steps:{steps}:{window}"), allocator));
+            }
         }
     }
-    let exe = std::env::current_exe().unwrap();
-    let mut peaks = Vec::new();
+    let mut peaks: Vec<(&str, u64)> = Vec::new();
     for size in &rss_sizes {
-        let started = Instant::now();
-        let output = std::process::Command::new(&exe)
-            .env("KEEL_BENCH_CHILD_STEPS", size.to_string())
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-        let kib: u64 = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap();
-        println!(
-            "long_session/peak_rss steps={size} window=unknown: VmHWM {:.1} MiB ({:.1?})",
-            kib as f64 / 1024.0,
-            started.elapsed()
-        );
-        peaks.push(kib);
+        for allocator in &allocators {
+            let started = Instant::now();
+            let kib: u64 = child(&format!("rss:{size}"), allocator).parse().unwrap();
+            println!(
+                "long_session/peak_rss alloc={allocator} steps={size} window=unknown: VmHWM \
+                 {:.1} MiB ({:.1?})",
+                kib as f64 / 1024.0,
+                started.elapsed()
+            );
+            peaks.push((allocator, kib));
+        }
     }
-    if let (Some(first), Some(last)) = (peaks.first(), peaks.last())
-        && peaks.len() > 1
-    {
-        println!("long_session/peak_rss ratio last/first {:.2}x", *last as f64 / *first as f64);
+    for allocator in &allocators {
+        let mine: Vec<u64> =
+            peaks.iter().filter(|(name, _)| name == allocator).map(|(_, kib)| *kib).collect();
+        if let (Some(first), Some(last)) = (mine.first(), mine.last())
+            && mine.len() > 1
+        {
+            println!(
+                "long_session/peak_rss alloc={allocator} ratio last/first {:.2}x",
+                *last as f64 / *first as f64
+            );
+        }
     }
 }

@@ -84,8 +84,9 @@ pub fn estimate_message_tokens(message: &Message, counter: &dyn TokenCounter) ->
 /// How the projection keeps a request inside the model's window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContextPolicy {
-    /// The model's context window in tokens; `None`: unknown, so nothing is pruned or
-    /// compacted (large results are still previewed).
+    /// The model's context window in tokens; `None`: unknown. The kernel's turn loop then
+    /// assumes [`ContextPolicy::DEFAULT_WINDOW_TOKENS`] ([`ContextPolicy::or_default_window`]),
+    /// so pruning and compaction bound every request.
     pub window: Option<u64>,
     /// Tokens reserved for the answer.
     pub reserve: u64,
@@ -97,6 +98,22 @@ pub struct ContextPolicy {
 impl ContextPolicy {
     /// The default inline limit: 16 KiB.
     pub const DEFAULT_INLINE_LIMIT_BYTES: usize = 16 * 1024;
+
+    /// The window assumed for a model whose window is unknown, in tokens: 128 000, the
+    /// smallest window of the current frontier models, so a request that fits it fits them.
+    pub const DEFAULT_WINDOW_TOKENS: u64 = 128_000;
+
+    /// This policy, or, when the window is unknown, the policy for
+    /// [`ContextPolicy::DEFAULT_WINDOW_TOKENS`] with this inline limit.
+    pub fn or_default_window(self) -> ContextPolicy {
+        match self.window {
+            Some(_) => self,
+            None => ContextPolicy {
+                inline_limit_bytes: self.inline_limit_bytes,
+                ..ContextPolicy::for_window(Some(ContextPolicy::DEFAULT_WINDOW_TOKENS))
+            },
+        }
+    }
 
     /// A policy for `window` with the default reserve (a quarter of the window, at most
     /// 8192 tokens) and inline limit.

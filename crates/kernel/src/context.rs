@@ -20,8 +20,12 @@ use keel_contracts::{
 
 use crate::projection::{self, Entry};
 
+mod incremental;
+
+pub use incremental::{FitSummary, IncrementalContext};
+
 /// Smallest preview a latest result shrinks to, in bytes.
-const MIN_PREVIEW_BYTES: usize = 256;
+pub(crate) const MIN_PREVIEW_BYTES: usize = 256;
 
 /// How a request was fitted.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,12 +56,13 @@ pub struct Window<'a> {
 }
 
 impl Window<'_> {
-    fn tokens(&self, message: &Message) -> u64 {
+    pub(crate) fn tokens(&self, message: &Message) -> u64 {
         scaled(estimate_message_tokens(message, self.counter), self.scale)
     }
 }
 
-fn scaled(tokens: u64, scale: f64) -> u64 {
+/// `tokens` scaled up by `scale` (rounded up), as every size in a fit is.
+pub(crate) fn scaled(tokens: u64, scale: f64) -> u64 {
     if scale <= 1.0 {
         return tokens;
     }
@@ -220,28 +225,30 @@ pub fn retained_entries(
     inline_limit: usize,
     verified: &mut BTreeMap<Seq, bool>,
 ) -> Vec<Entry> {
-    match active_compaction(events, verified) {
-        Some(compaction) => {
-            let EventKind::Compaction { covers_from, covers_to, summary, carried, .. } =
-                &compaction.kind
-            else {
-                unreachable!("active_compaction returns compaction events")
-            };
-            // Events are in seq order: the retained part starts by binary search.
-            let start = events.partition_point(|event| event.seq <= *covers_to);
-            let note = carried_note(carried, Some(summary), *covers_from, *covers_to);
-            let mut entries = vec![Entry {
-                message: Message::User { text: note },
-                seq: *covers_to,
-                full_bytes: 0,
-            }];
-            // The user's own input after the note stays its own message, verbatim: the note
-            // moves to the system prompt when the request is built.
-            entries.extend(projection::entries(&events[start..], Some(inline_limit)));
-            entries
-        }
-        None => projection::entries(events, Some(inline_limit)),
-    }
+    let (note, start) = retained_start(events, verified);
+    let mut entries: Vec<Entry> = note.into_iter().collect();
+    // The user's own input after the note stays its own message, verbatim: the note moves
+    // to the system prompt when the request is built.
+    entries.extend(projection::entries(&events[start..], Some(inline_limit)));
+    entries
+}
+
+/// Where the retained part of `events` starts (an index into `events`) and the carried
+/// note that opens it: after the active compaction, or all of `events` without a note.
+pub(crate) fn retained_start(
+    events: &[RuntimeEvent],
+    verified: &mut BTreeMap<Seq, bool>,
+) -> (Option<Entry>, usize) {
+    let Some(compaction) = active_compaction(events, verified) else { return (None, 0) };
+    let EventKind::Compaction { covers_from, covers_to, summary, carried, .. } = &compaction.kind
+    else {
+        unreachable!("active_compaction returns compaction events")
+    };
+    // Events are in seq order: the retained part starts by binary search.
+    let start = events.partition_point(|event| event.seq <= *covers_to);
+    let note = carried_note(carried, Some(summary), *covers_from, *covers_to);
+    let entry = Entry { message: Message::User { text: note }, seq: *covers_to, full_bytes: 0 };
+    (Some(entry), start)
 }
 
 /// Fits `entries` into the window: prunes old results to stubs, oldest first, then shrinks

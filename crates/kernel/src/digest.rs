@@ -1,28 +1,36 @@
-//! The digest recorded as `request_sha256` in `model_requested`: a chained digest, so a
-//! step hashes what changed since the previous request instead of the whole request.
+//! The digest recorded as `request_sha256` in `model_requested`: a digest of per-message
+//! digests in blocks, so a step hashes what changed since the previous request instead of
+//! the whole request.
 //!
 //! Definition (docs/decisions.md, issue #13), over hex SHA-256 strings:
 //! - `head = sha256(JSON of the request with an empty messages list)`;
-//! - `m_0 = sha256("")`, `m_i = sha256(m_{i-1} ++ "\n" ++ JSON of message i)`;
-//! - `request_sha256 = sha256(head ++ "\n" ++ m_n)`.
+//! - `h_i = sha256(JSON of message i)`, for messages `0..n`;
+//! - `b_j = sha256(h_{64j} ++ "\n" ++ h_{64j+1} ++ "\n" ++ … )`, one per block of
+//!   [`BLOCK`] messages (the last block may be shorter), each `h` followed by `"\n"`;
+//! - `request_sha256 = sha256(head ++ "\n" ++ b_0 ++ "\n" ++ b_1 …)`, each `b` preceded
+//!   by `"\n"` (no blocks: `sha256(head)`).
 //!
-//! It depends on the request alone ([`request_digest`] recomputes it from scratch);
-//! [`RequestDigests`] gives the same value while hashing only the messages after the
-//! longest prefix shared with the previous request.
+//! It depends on the request alone ([`request_digest`] computes it from scratch);
+//! [`MessageDigests`] gives the same value while hashing only the messages that changed
+//! (a pruned result in the middle of the window re-hashes its message and its block, not
+//! every message after it).
 
 use keel_contracts::{Message, ModelRequest, sha256_hex};
 
-/// `sha256("")`, the chain's start.
-fn chain_start() -> String {
-    sha256_hex(b"")
+/// Messages per block.
+pub const BLOCK: usize = 64;
+
+fn message_digest(message: &Message) -> String {
+    // Serializing a `Message` cannot fail (string keys, no maps with non-string keys).
+    sha256_hex(&serde_json::to_vec(message).unwrap_or_default())
 }
 
-fn link(previous: &str, message: &Message) -> String {
-    let mut bytes = Vec::with_capacity(previous.len() + 256);
-    bytes.extend_from_slice(previous.as_bytes());
-    bytes.push(b'\n');
-    // Serializing a `Message` cannot fail (string keys, no maps with non-string keys).
-    let _ = serde_json::to_writer(&mut bytes, message);
+fn block_digest<'a>(hashes: impl Iterator<Item = &'a str>) -> String {
+    let mut bytes = Vec::with_capacity(BLOCK * 65);
+    for hash in hashes {
+        bytes.extend_from_slice(hash.as_bytes());
+        bytes.push(b'\n');
+    }
     sha256_hex(&bytes)
 }
 
@@ -39,47 +47,87 @@ fn head_digest(request: &ModelRequest) -> String {
     sha256_hex(serde_json::to_string(&head).unwrap_or_default().as_bytes())
 }
 
-fn combine(head: &str, messages: &str) -> String {
-    sha256_hex(format!("{head}\n{messages}").as_bytes())
+fn combine<'a>(head: &str, blocks: impl Iterator<Item = &'a str>) -> String {
+    let mut bytes = head.as_bytes().to_vec();
+    for block in blocks {
+        bytes.push(b'\n');
+        bytes.extend_from_slice(block.as_bytes());
+    }
+    sha256_hex(&bytes)
 }
 
 /// The request's digest, computed from scratch (see the module docs).
 pub fn request_digest(request: &ModelRequest) -> String {
-    let mut chain = chain_start();
-    for message in &request.messages {
-        chain = link(&chain, message);
-    }
-    combine(&head_digest(request), &chain)
+    let hashes: Vec<String> = request.messages.iter().map(message_digest).collect();
+    let blocks: Vec<String> =
+        hashes.chunks(BLOCK).map(|block| block_digest(block.iter().map(String::as_str))).collect();
+    combine(&head_digest(request), blocks.iter().map(String::as_str))
 }
 
-/// The previous request's messages and their chain, to digest the next request
-/// incrementally. The value is always equal to [`request_digest`]'s.
-#[derive(Debug, Default)]
-pub struct RequestDigests {
-    messages: Vec<Message>,
-    /// `chain[i]` is `m_{i+1}`: the chain after message `i`.
-    chain: Vec<String>,
+/// The digests of a request's messages and blocks, kept between requests by a caller that
+/// says which messages changed (the incremental projection,
+/// [`crate::context::IncrementalContext`]).
+#[derive(Debug, Default, Clone)]
+pub struct MessageDigests {
+    /// `h_i`, or `None` when message `i` changed since it was hashed.
+    hashes: Vec<Option<String>>,
+    /// `b_j`, or `None` when a message of block `j` changed.
+    blocks: Vec<Option<String>>,
 }
 
-impl RequestDigests {
-    /// The digest of `request`; hashes only the messages after the prefix it shares with
-    /// the previous request given here (comparing the shared prefix is a memory compare).
-    pub fn digest(&mut self, request: &ModelRequest) -> String {
-        let shared = self
-            .messages
-            .iter()
-            .zip(&request.messages)
-            .take_while(|(before, now)| before == now)
-            .count();
-        self.messages.truncate(shared);
-        self.chain.truncate(shared);
-        for message in &request.messages[shared..] {
-            let previous = self.chain.last().cloned().unwrap_or_else(chain_start);
-            self.chain.push(link(&previous, message));
-            self.messages.push(message.clone());
+impl MessageDigests {
+    /// Forgets the digests of the messages at index `len` and after (they were removed or
+    /// replaced).
+    pub fn truncate(&mut self, len: usize) {
+        self.hashes.truncate(len);
+        self.blocks.truncate(len.div_ceil(BLOCK));
+        if !len.is_multiple_of(BLOCK)
+            && let Some(block) = self.blocks.last_mut()
+        {
+            *block = None;
         }
-        let chain = self.chain.last().cloned().unwrap_or_else(chain_start);
-        combine(&head_digest(request), &chain)
+    }
+
+    /// Forgets the digest of message `index` (it changed in place).
+    pub fn changed(&mut self, index: usize) {
+        if let Some(hash) = self.hashes.get_mut(index) {
+            *hash = None;
+        }
+        if let Some(block) = self.blocks.get_mut(index / BLOCK) {
+            *block = None;
+        }
+    }
+
+    /// The digest of `request`, equal to [`request_digest`]'s provided every message the
+    /// kept digests were made from is unchanged in `request` unless reported through
+    /// [`MessageDigests::changed`] or [`MessageDigests::truncate`] (the caller's promise).
+    /// Hashes only the messages and blocks not kept.
+    pub fn digest(&mut self, request: &ModelRequest) -> String {
+        let messages = &request.messages;
+        let kept = self.hashes.len();
+        if messages.len() < kept {
+            self.truncate(messages.len());
+        } else if messages.len() > kept && !kept.is_multiple_of(BLOCK) {
+            // The last block was short and grows.
+            if let Some(block) = self.blocks.get_mut(kept / BLOCK) {
+                *block = None;
+            }
+        }
+        self.hashes.resize(messages.len(), None);
+        self.blocks.resize(messages.len().div_ceil(BLOCK), None);
+        for (index, block) in self.blocks.iter_mut().enumerate() {
+            if block.is_some() {
+                continue;
+            }
+            let range = index * BLOCK..((index + 1) * BLOCK).min(messages.len());
+            for at in range.clone() {
+                if self.hashes[at].is_none() {
+                    self.hashes[at] = Some(message_digest(&messages[at]));
+                }
+            }
+            *block = Some(block_digest(self.hashes[range].iter().flatten().map(String::as_str)));
+        }
+        combine(&head_digest(request), self.blocks.iter().flatten().map(String::as_str))
     }
 }
 
@@ -88,11 +136,11 @@ mod tests {
     use super::*;
     use keel_contracts::{RequestPurpose, ToolChoice};
 
-    fn request(texts: &[&str]) -> ModelRequest {
+    fn request(texts: &[String]) -> ModelRequest {
         ModelRequest {
             model: "m".into(),
             system: "s".into(),
-            messages: texts.iter().map(|text| Message::User { text: (*text).into() }).collect(),
+            messages: texts.iter().map(|text| Message::User { text: text.clone() }).collect(),
             tools: Vec::new(),
             tool_choice: ToolChoice::Auto,
             responses_in_session: 0,
@@ -101,30 +149,58 @@ mod tests {
     }
 
     #[test]
-    fn incremental_digest_equals_the_digest_from_scratch() {
-        let mut digests = RequestDigests::default();
-        for texts in [
-            vec!["a"],
-            vec!["a", "b"],
-            vec!["a", "b", "c"],
-            // A pruned (changed) earlier message, then a shorter request (a compaction).
-            vec!["a", "B", "c", "d"],
-            vec!["z"],
-            vec![],
-        ] {
-            let request = request(&texts);
-            assert_eq!(digests.digest(&request), request_digest(&request), "{texts:?}");
+    fn kept_digests_equal_the_digest_from_scratch() {
+        let mut digests = MessageDigests::default();
+        let mut texts: Vec<String> = Vec::new();
+        let check = |digests: &mut MessageDigests, texts: &[String]| {
+            let request = request(texts);
+            assert_eq!(digests.digest(&request), request_digest(&request), "{}", texts.len());
+        };
+        check(&mut digests, &texts);
+        // Growing across block boundaries, one message at a time.
+        for n in 0..(3 * BLOCK + 5) {
+            texts.push(format!("m{n}"));
+            check(&mut digests, &texts);
         }
+        // Changes in place, in the first and a middle block, reported.
+        for at in [0, BLOCK + 3, 2 * BLOCK] {
+            texts[at] = format!("changed {at}");
+            digests.changed(at);
+            check(&mut digests, &texts);
+        }
+        // A shorter request (a compaction), then one replaced from index 10 on.
+        texts.truncate(BLOCK + 1);
+        digests.truncate(BLOCK + 1);
+        check(&mut digests, &texts);
+        texts.truncate(10);
+        digests.truncate(10);
+        texts.extend((0..BLOCK).map(|n| format!("new {n}")));
+        check(&mut digests, &texts);
+        texts.clear();
+        digests.truncate(0);
+        check(&mut digests, &texts);
     }
 
     #[test]
     fn digest_changes_with_any_part_of_the_request() {
-        let base = request(&["a", "b"]);
+        let two = ["a".to_owned(), "b".to_owned()];
+        let base = request(&two);
         let mut other_system = base.clone();
         other_system.system = "t".into();
         let mut other_message = base.clone();
         other_message.messages[0] = Message::User { text: "x".into() };
-        let digests = [&base, &other_system, &other_message, &request(&["a"])].map(request_digest);
+        let many: Vec<String> = (0..=BLOCK).map(|n| n.to_string()).collect();
+        let mut swapped = many.clone();
+        swapped.swap(0, BLOCK);
+        let digests = [
+            &base,
+            &other_system,
+            &other_message,
+            &request(&two[..1]),
+            &request(&many),
+            &request(&swapped),
+        ]
+        .map(request_digest);
         for (i, a) in digests.iter().enumerate() {
             for b in &digests[i + 1..] {
                 assert_ne!(a, b);

@@ -1,6 +1,5 @@
 //! [`Kernel`]: creates sessions and drives turns through the loop of DESIGN.md §3.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use keel_contracts::{
@@ -297,6 +296,9 @@ impl Kernel {
         config: &RunConfig,
         cancel: &Cancellation,
     ) -> Result<RunReport> {
+        // An unknown window gets a default, so pruning and compaction bound every request
+        // and a step costs the same at step 100 and 10 000 (issue #13).
+        let config = &RunConfig { context: config.context.or_default_window(), ..config.clone() };
         let (workspace, envelope, mode) = match &ledger.events[0].kind {
             EventKind::SessionCreated { workspace, envelope, mode, .. } => {
                 (workspace.clone(), envelope.clone(), *mode)
@@ -406,9 +408,9 @@ impl Kernel {
         let definitions_tokens =
             self.deps.counter.count(&serde_json::to_string(&definitions).unwrap_or_default());
         let mut spent = Spent::default();
-        let mut verified = BTreeMap::new();
-        // The previous request's messages, so each step hashes only what changed.
-        let mut digests = crate::digest::RequestDigests::default();
+        // The fitted request kept between steps: each step projects, estimates and hashes
+        // only what it added (issue #13).
+        let mut projected = context::IncrementalContext::new();
         // The provider said the context is too long: the step compacts and is sent again,
         // once (`too_long_retried`), as the same step number.
         let mut force_compaction = false;
@@ -484,14 +486,10 @@ impl Kernel {
                 fixed_tokens,
                 scale: token_scale,
             };
-            let mut fitted = context::fit(
-                context::retained_entries(
-                    &ledger.events,
-                    config.context.inline_limit_bytes,
-                    &mut verified,
-                ),
-                &window,
-            );
+            let mut fitted = projected.fit(&ledger.events, &window);
+            // The drop-oldest fallback's request, built from scratch (it is not recorded,
+            // so the next step tries compaction again).
+            let mut dropped = None;
             let forced = std::mem::take(&mut force_compaction);
             if fitted.over_budget || forced {
                 let mut room =
@@ -513,17 +511,12 @@ impl Kernel {
                 spent.tokens += summary_spend.tokens();
                 spent.cost_usd += summary_spend.cost_usd.unwrap_or(0.0);
                 if matches!(compacted, Compacted::Done) {
-                    fitted = context::fit(
-                        context::retained_entries(
-                            &ledger.events,
-                            config.context.inline_limit_bytes,
-                            &mut verified,
-                        ),
-                        &window,
-                    );
+                    fitted = projected.fit(&ledger.events, &window);
                 }
                 if fitted.over_budget {
-                    fitted = compaction::drop_oldest(&ledger.events, &window);
+                    let fallback = compaction::drop_oldest(&ledger.events, &window);
+                    fitted = context::FitSummary::from(&fallback);
+                    dropped = Some(fallback);
                 }
                 if fitted.over_budget {
                     break TurnOutcome::Failed {
@@ -536,8 +529,12 @@ impl Kernel {
                     };
                 }
             }
-            let (system, messages) = context::place_carried_note(&system, fitted.messages);
-            let request = ModelRequest {
+            let from_cache = dropped.is_none();
+            let (system, messages) = match dropped {
+                Some(fallback) => context::place_carried_note(&system, fallback.messages),
+                None => projected.take_request(&system),
+            };
+            let mut request = ModelRequest {
                 model: info.model.clone(),
                 system,
                 messages,
@@ -546,7 +543,11 @@ impl Kernel {
                 responses_in_session: ledger.responses(),
                 purpose: RequestPurpose::Conversation,
             };
-            let request_sha256 = digests.digest(&request);
+            let request_sha256 = if from_cache {
+                projected.digest(&request)
+            } else {
+                crate::digest::request_digest(&request)
+            };
             // Committed before the request leaves the process, with what was staged since
             // the last commit (the previous step's results): a step's first durable commit.
             ledger
@@ -577,6 +578,10 @@ impl Kernel {
                 cancel,
             )
             .await?;
+            if from_cache {
+                // The next step changes these messages where it must, instead of rebuilding.
+                projected.restore(std::mem::take(&mut request.messages));
+            }
             let Some(response) = answer else {
                 break TurnOutcome::Cancelled {
                     reason: "cancelled by the user while the model was answering".into(),

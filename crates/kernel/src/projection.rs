@@ -53,14 +53,83 @@ pub fn messages(events: &[RuntimeEvent]) -> Vec<Message> {
 /// Projects the conversation of a session from its events. Tool results larger than
 /// `inline_limit` bytes become a head/tail preview with their handle (see [`preview`]).
 pub fn entries(events: &[RuntimeEvent], inline_limit: Option<usize>) -> Vec<Entry> {
-    let mut out = Vec::new();
-    // Results recorded for the calls of the most recent assistant message, by call id.
-    let mut pending: Option<Pending> = None;
+    let mut projector = Projector::new(inline_limit);
     for event in events {
+        projector.feed(event);
+    }
+    projector.finish()
+}
+
+/// The projection as a fold over events, so it can be extended event by event (issue #13:
+/// a step projects only what the step added). Feeding events `e_1..e_n` one by one and
+/// calling [`Projector::finish`] gives exactly [`entries`] of `e_1..e_n`; at any point,
+/// [`Projector::committed`] followed by [`Projector::provisional`] is that too.
+///
+/// The fold does not look at seqs: it may start at any event of a session.
+#[derive(Debug, Clone)]
+pub struct Projector {
+    inline_limit: Option<usize>,
+    out: Vec<Entry>,
+    /// Results recorded for the calls of the most recent assistant message, by call id.
+    pending: Option<Pending>,
+    /// The smallest index of `out` pushed or changed since [`Projector::take_changed`].
+    changed_from: usize,
+}
+
+impl Projector {
+    /// An empty fold; tool results larger than `inline_limit` bytes become previews.
+    pub fn new(inline_limit: Option<usize>) -> Projector {
+        Projector { inline_limit, out: Vec::new(), pending: None, changed_from: 0 }
+    }
+
+    /// The entries that later events can no longer change, except that the last one, a
+    /// user message, may still be extended by a later input (see `push_user`).
+    pub fn committed(&self) -> &[Entry] {
+        &self.out
+    }
+
+    /// The entries that follow [`Projector::committed`] while the latest assistant message's
+    /// calls are open: its results so far, and a synthetic result for each call without one.
+    pub fn provisional(&self) -> Vec<Entry> {
+        let mut out = Vec::new();
+        flush(&mut out, &mut self.pending.clone());
+        out
+    }
+
+    /// The smallest index of [`Projector::committed`] that was pushed or changed since the
+    /// previous call (its length when nothing was).
+    pub fn take_changed(&mut self) -> usize {
+        std::mem::replace(&mut self.changed_from, self.out.len())
+    }
+
+    /// All entries, the open calls answered.
+    pub fn finish(mut self) -> Vec<Entry> {
+        self.flush();
+        self.out
+    }
+
+    fn flush(&mut self) {
+        if self.pending.is_some() {
+            self.changed_from = self.changed_from.min(self.out.len());
+            flush(&mut self.out, &mut self.pending);
+        }
+    }
+
+    fn push_user(&mut self, input: &str, seq: Seq) {
+        let index = match self.out.last() {
+            Some(Entry { message: Message::User { .. }, .. }) => self.out.len() - 1,
+            _ => self.out.len(),
+        };
+        self.changed_from = self.changed_from.min(index);
+        push_user(&mut self.out, input, seq);
+    }
+
+    /// Folds one event in.
+    pub fn feed(&mut self, event: &RuntimeEvent) {
         match &event.kind {
             EventKind::TurnStarted { input } => {
-                flush(&mut out, &mut pending);
-                push_user(&mut out, input, event.seq);
+                self.flush();
+                self.push_user(input, event.seq);
             }
             EventKind::ModelResponse {
                 text,
@@ -69,8 +138,9 @@ pub fn entries(events: &[RuntimeEvent], inline_limit: Option<usize>) -> Vec<Entr
                 purpose: RequestPurpose::Conversation,
                 ..
             } => {
-                flush(&mut out, &mut pending);
-                out.push(Entry {
+                self.flush();
+                self.changed_from = self.changed_from.min(self.out.len());
+                self.out.push(Entry {
                     message: Message::Assistant {
                         text: text.clone(),
                         reasoning: reasoning.clone(),
@@ -80,7 +150,7 @@ pub fn entries(events: &[RuntimeEvent], inline_limit: Option<usize>) -> Vec<Entr
                     full_bytes: 0,
                 });
                 if !tool_calls.is_empty() {
-                    pending = Some(Pending {
+                    self.pending = Some(Pending {
                         calls: tool_calls.clone(),
                         seq: event.seq,
                         results: BTreeMap::new(),
@@ -88,7 +158,8 @@ pub fn entries(events: &[RuntimeEvent], inline_limit: Option<usize>) -> Vec<Entr
                 }
             }
             EventKind::ToolResult { call_id, tool, outcome, content, .. } => {
-                if let Some(pending) = &mut pending
+                let inline_limit = self.inline_limit;
+                if let Some(pending) = &mut self.pending
                     && pending.calls.iter().any(|call| &call.call_id == call_id)
                 {
                     pending.results.entry(call_id.clone()).or_insert_with(|| {
@@ -103,18 +174,14 @@ pub fn entries(events: &[RuntimeEvent], inline_limit: Option<usize>) -> Vec<Entr
                 }
             }
             EventKind::BudgetExhausted { reason, report_requested: true } => {
-                flush(&mut out, &mut pending);
-                push_user(
-                    &mut out,
-                    &format!("{STOPPED_EARLY_PREFIX}{reason}. {REPORT_REQUEST}"),
-                    event.seq,
-                );
+                self.flush();
+                self.push_user(&format!("{STOPPED_EARLY_PREFIX}{reason}. {REPORT_REQUEST}"), event.seq);
             }
-            EventKind::RunStarted { resumes: Some(_), .. } if matches!(out.last(), Some(Entry { message: Message::Assistant { tool_calls, .. }, .. }) if tool_calls.is_empty()) =>
+            EventKind::RunStarted { resumes: Some(_), .. } if matches!(self.out.last(), Some(Entry { message: Message::Assistant { tool_calls, .. }, .. }) if tool_calls.is_empty()) =>
             {
                 // A resumed run after a tool-free answer (a report): the model needs a user
                 // turn to continue from.
-                push_user(&mut out, RESUME_NOTE, event.seq);
+                self.push_user(RESUME_NOTE, event.seq);
             }
             EventKind::BudgetExhausted { report_requested: false, .. }
             // keel's own calls (compaction summaries) are recorded, never part of history.
@@ -141,8 +208,6 @@ pub fn entries(events: &[RuntimeEvent], inline_limit: Option<usize>) -> Vec<Entr
             | EventKind::BoundaryRevised { .. } => {}
         }
     }
-    flush(&mut out, &mut pending);
-    out
 }
 
 /// A head/tail preview of a large result, with its size and the handle to page it with
@@ -214,6 +279,7 @@ fn push_user(out: &mut Vec<Entry>, input: &str, seq: Seq) {
 }
 
 /// The calls of the latest assistant message and the results recorded for them so far.
+#[derive(Debug, Clone)]
 struct Pending {
     calls: Vec<ToolCall>,
     seq: Seq,

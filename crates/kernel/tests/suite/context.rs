@@ -124,6 +124,44 @@ async fn large_results_are_previews_with_a_handle_and_read_tool_result_pages_the
     assert!(content.ends_with(expected), "{content}");
 }
 
+/// Issue #13: a model whose window is unknown gets the 128 000-token default, so a long
+/// session is pruned (and compacted) instead of growing without bound.
+#[tokio::test]
+async fn issue_13_an_unknown_window_is_the_default_window() {
+    let mut harness = Harness::new();
+    harness.extra_tools.push(Emit::tool());
+    harness.context = ContextPolicy::for_window(None);
+    let budget =
+        ContextPolicy::for_window(Some(ContextPolicy::DEFAULT_WINDOW_TOKENS)).budget().unwrap();
+    // Each result is a 16 KiB preview (~5 500 tokens): 40 of them are ~220 000 tokens.
+    let (kernel, requests) = harness.recording_kernel(&emit_script(40, |_| 60_000));
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, TASK, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() });
+    let requests = requests.lock().unwrap().clone();
+    check_requests(&requests, budget);
+    let biggest = requests
+        .iter()
+        .filter(|r| r.purpose == RequestPurpose::Conversation)
+        .map(|r| estimate_request_tokens(r, &ApproxCounter))
+        .max()
+        .unwrap();
+    assert!(biggest > budget / 2, "the session never came near the default window: {biggest}");
+    let events = harness.events(session).await;
+    // Without a window nothing would be pruned; against the default, old results are.
+    assert!(events.iter().any(|e| matches!(
+        e.kind,
+        EventKind::ModelRequested { pruned_results, .. } if pruned_results > 0
+    )));
+    // What the model reported is still recorded as it was: unknown.
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::RunComposition { context_window: None, .. }))
+    );
+}
+
 #[tokio::test]
 async fn a_long_session_in_a_small_window_stays_in_budget_and_keeps_the_task() {
     let mut harness = Harness::new();
@@ -468,6 +506,254 @@ mod properties {
             let dropped = keel_kernel::compaction::drop_oldest(&events, &window);
             let text = serde_json::to_string(&dropped.messages).unwrap();
             prop_assert!(text.contains("the original task: keep it"));
+        }
+    }
+
+    /// What happens next in a session the incremental projection is checked over.
+    #[derive(Debug, Clone)]
+    enum Event {
+        /// A user input (a new turn).
+        Input(usize),
+        /// An answer without calls.
+        Answer(usize),
+        /// A response with calls; their results follow as separate events, some never.
+        Calls(Vec<(usize, u8)>),
+        /// A compaction covering seq 1 up to this share (of 256) of the ledger, with its
+        /// digest right or wrong.
+        Compact(u8, bool),
+        /// A resumed run (after a report, it adds keel's resume note).
+        Resume,
+        /// The last permitted step's note.
+        Report(usize),
+        /// The provider reported more tokens than estimated: the scale goes up.
+        Scale(u8),
+        /// The in-memory ledger now starts at this share (of 256) of the events (a suffix).
+        Trim(u8),
+        /// A step whose request is not sent (over budget, cancelled): no take, or a take
+        /// without giving the messages back.
+        Unsent(bool),
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            3 => (1usize..400).prop_map(Event::Input),
+            2 => (0usize..400).prop_map(Event::Answer),
+            8 => proptest::collection::vec((0usize..9_000, 0u8..4), 1..4).prop_map(Event::Calls),
+            1 => (0u8..=255, proptest::bool::weighted(0.8)).prop_map(|(at, ok)| Event::Compact(at, ok)),
+            1 => Just(Event::Resume),
+            1 => (1usize..200).prop_map(Event::Report),
+            1 => (0u8..=255).prop_map(Event::Scale),
+            1 => (0u8..=255).prop_map(Event::Trim),
+            1 => proptest::bool::ANY.prop_map(Event::Unsent),
+        ]
+    }
+
+    fn at(events: &[RuntimeEvent], share: u8) -> usize {
+        events.len() * usize::from(share) / 256
+    }
+
+    /// Checks the incremental projection against the projection from scratch after every
+    /// appended event: the fit's figures, the request's system prompt and messages (as
+    /// JSON, byte for byte) and its digest.
+    fn check_incremental(
+        plan: &[Event],
+        window: Option<u64>,
+        inline_limit: usize,
+    ) -> Result<(), TestCaseError> {
+        use keel_contracts::{Message, ModelRequest, RequestPurpose, RunId, ToolChoice};
+        let mut policy = ContextPolicy::for_window(window);
+        policy.inline_limit_bytes = inline_limit;
+        let mut cache = context::IncrementalContext::new();
+        let mut events: Vec<RuntimeEvent> = Vec::new();
+        // The ledger as the kernel holds it: all events, or a suffix after a trim.
+        let mut from = 0;
+        let mut scale = 1.0;
+        let mut next_call = 0;
+        let mut lent: Option<Vec<Message>> = None;
+        let mut check = |events: &[RuntimeEvent],
+                         scale: f64,
+                         send: Option<bool>|
+         -> Result<(), TestCaseError> {
+            let window =
+                Window { policy: &policy, counter: &ApproxCounter, fixed_tokens: 300, scale };
+            let summary = cache.fit(events, &window);
+            let mut verified = Default::default();
+            let expected = context::fit(
+                context::retained_entries(events, policy.inline_limit_bytes, &mut verified),
+                &window,
+            );
+            prop_assert_eq!(summary, context::FitSummary::from(&expected));
+            let Some(give_back) = send else { return Ok(()) };
+            let (system, messages) = cache.take_request("SYSTEM");
+            let (expected_system, expected_messages) =
+                context::place_carried_note("SYSTEM", expected.messages);
+            let request = |system: String, messages: Vec<Message>| ModelRequest {
+                model: "m".into(),
+                system,
+                messages,
+                tools: Vec::new(),
+                tool_choice: ToolChoice::Auto,
+                responses_in_session: 0,
+                purpose: RequestPurpose::Conversation,
+            };
+            let sent = request(system, messages);
+            let expected = request(expected_system, expected_messages);
+            prop_assert_eq!(
+                serde_json::to_string(&sent).unwrap(),
+                serde_json::to_string(&expected).unwrap()
+            );
+            prop_assert_eq!(cache.digest(&sent), keel_kernel::digest::request_digest(&expected));
+            if give_back {
+                cache.restore(sent.messages);
+            } else {
+                lent = Some(sent.messages);
+            }
+            Ok(())
+        };
+        let push = |events: &mut Vec<RuntimeEvent>, kind: EventKind| {
+            let seq = Seq(events.len() as u64 + 1);
+            events.push(RuntimeEvent {
+                seq,
+                session_id: SessionId(uuid::Uuid::nil()),
+                turn_id: None,
+                run_id: None,
+                ts: chrono::DateTime::from_timestamp(0, 0).unwrap(),
+                kind,
+            });
+        };
+        push(&mut events, EventKind::TurnStarted { input: "the original task: keep it".into() });
+        check(&events, scale, Some(true))?;
+        for step in plan {
+            let mut send = Some(true);
+            match step {
+                Event::Input(n) => {
+                    push(&mut events, EventKind::TurnStarted { input: "u".repeat(*n) })
+                }
+                Event::Answer(n) => push(&mut events, response("a".repeat(*n), Vec::new())),
+                Event::Calls(calls) => {
+                    let ids: Vec<String> = calls
+                        .iter()
+                        .map(|_| {
+                            next_call += 1;
+                            format!("c{next_call}")
+                        })
+                        .collect();
+                    let tool_calls = ids
+                        .iter()
+                        .map(|id| ToolCall {
+                            call_id: ToolCallId(id.clone()),
+                            name: "read_file".into(),
+                            arguments: serde_json::json!({"path": format!("{id}.rs")}),
+                            arguments_error: None,
+                        })
+                        .collect();
+                    push(&mut events, response(String::new(), tool_calls));
+                    for (id, (bytes, outcome)) in ids.iter().zip(calls) {
+                        // Each result is checked as it arrives (the calls still open).
+                        check(&events[from..], scale, Some(true))?;
+                        if *outcome == 3 && *bytes % 2 == 0 {
+                            continue;
+                        }
+                        let outcome =
+                            [Outcome::Ok, Outcome::Error, Outcome::Refused, Outcome::Cancelled]
+                                [*outcome as usize];
+                        push(
+                            &mut events,
+                            EventKind::ToolResult {
+                                call_id: ToolCallId(id.clone()),
+                                attempt_id: None,
+                                tool: "read_file".into(),
+                                outcome,
+                                content: "r".repeat(*bytes),
+                                bytes: *bytes as u64,
+                                raw: None,
+                            },
+                        );
+                    }
+                }
+                Event::Compact(share, valid) => {
+                    let end = at(&events, *share).max(1);
+                    let covers_to = events[end - 1].seq;
+                    let covered = context::covered(&events, Seq(1), covers_to);
+                    let digest = match (covered, valid) {
+                        (Some(covered), true) => context::digest_of(covered),
+                        _ => "not the digest".to_owned(),
+                    };
+                    let carried = context::carry(Default::default(), events.iter().take(end));
+                    push(
+                        &mut events,
+                        EventKind::Compaction {
+                            covers_from: Seq(1),
+                            covers_to,
+                            digest,
+                            summary: format!("summary up to #{covers_to}"),
+                            carried,
+                            tokens_before: 0,
+                            tokens_after: 0,
+                        },
+                    );
+                }
+                Event::Resume => push(
+                    &mut events,
+                    EventKind::RunStarted {
+                        mode: keel_contracts::ExecutionMode::Live,
+                        sandbox: keel_contracts::SandboxMode::Bypass,
+                        approval: keel_contracts::ApprovalMode::Auto,
+                        budget: Default::default(),
+                        resumes: Some(RunId(uuid::Uuid::nil())),
+                    },
+                ),
+                Event::Report(n) => push(
+                    &mut events,
+                    EventKind::BudgetExhausted {
+                        reason: format!("stopped early: {}", "b".repeat(*n)),
+                        report_requested: true,
+                    },
+                ),
+                Event::Scale(more) => scale = (scale + f64::from(*more) / 128.0).min(4.0),
+                Event::Trim(share) => from = from.max(at(&events, *share)),
+                Event::Unsent(give_back) => send = if *give_back { None } else { Some(false) },
+            }
+            from = from.min(events.len().saturating_sub(1));
+            check(&events[from..], scale, send)?;
+        }
+        drop(lent);
+        Ok(())
+    }
+
+    fn response(text: String, tool_calls: Vec<ToolCall>) -> EventKind {
+        EventKind::ModelResponse {
+            finish_reason: if tool_calls.is_empty() {
+                FinishReason::Stop
+            } else {
+                FinishReason::ToolCalls
+            },
+            text,
+            reasoning: Vec::new(),
+            tool_calls,
+            usage: Default::default(),
+            raw_usage: None,
+            cost_usd: None,
+            estimated_usage: None,
+            purpose: keel_contracts::RequestPurpose::Conversation,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+        /// Issue #13: the incremental projection sends exactly what the projection from
+        /// scratch sends (figures, system prompt, messages byte for byte, digest) over random
+        /// histories with compactions (valid and not), pruning, previews, shrinking, open
+        /// calls, resumes, scale changes, ledgers that start at a later seq, and requests
+        /// not sent or not given back.
+        #[test]
+        fn incremental_projection_equals_the_projection_from_scratch(
+            plan in proptest::collection::vec(event(), 0..50),
+            window in prop_oneof![Just(None), (800u64..40_000).prop_map(Some)],
+            inline_limit in prop_oneof![Just(ContextPolicy::DEFAULT_INLINE_LIMIT_BYTES), 600usize..8_000],
+        ) {
+            check_incremental(&plan, window, inline_limit)?;
         }
     }
 }
