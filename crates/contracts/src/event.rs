@@ -142,6 +142,12 @@ pub struct UsageTotals {
 }
 
 impl UsageTotals {
+    /// The totals of a session whose responses could not be read: one response, its usage
+    /// not reported and its cost unknown, so a listing shows "unknown", never zero.
+    pub fn unknown() -> UsageTotals {
+        UsageTotals { responses: 1, responses_without_usage: 1, ..UsageTotals::default() }
+    }
+
     /// Adds another total (a child's spend to its parent's).
     pub fn absorb(&mut self, other: &UsageTotals) {
         if other.responses == 0 {

@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::{RuntimeEvent, Seq, SessionId};
+use crate::{RuntimeEvent, Seq, SessionId, UsageTotals};
 
 /// Where a session stands, derived from its last run event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +62,9 @@ impl SessionStatus {
     }
 }
 
-/// One row of a session listing.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One row of a session listing, kept by the store in the same transaction as each append,
+/// so listing sessions never reads their events.
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionSummary {
     /// The session.
     pub id: SessionId,
@@ -83,6 +84,11 @@ pub struct SessionSummary {
     pub status: SessionStatus,
     /// Parent session, for children.
     pub parent: Option<SessionId>,
+    /// Usage and cost summed over every `model_response` of the session (every purpose),
+    /// folded with [`UsageTotals::add`] in seq order. A session whose events could not be
+    /// decoded when an older store was migrated reads as one response of unknown usage
+    /// and cost ([`UsageTotals::unknown`]).
+    pub usage: UsageTotals,
 }
 
 /// Appending failed.

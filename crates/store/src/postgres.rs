@@ -387,7 +387,7 @@ impl Store for PgStore {
 }
 
 const SUMMARY_COLUMNS: &str =
-    "id, created_at, updated_at, workspace, model, title, last_seq, status, parent";
+    "id, created_at, updated_at, workspace, model, title, last_seq, status, parent, usage";
 
 /// The append transaction: lock the session, check the stored tail, insert what is new,
 /// update the listing.
@@ -511,12 +511,13 @@ async fn store_summary(tx: &Transaction<'_>, summary: &SessionSummary) -> Result
     let upsert = tx
         .prepare_cached(&format!(
             "INSERT INTO keel.sessions ({SUMMARY_COLUMNS})
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
              ON CONFLICT (id) DO UPDATE SET
                  created_at = excluded.created_at, updated_at = excluded.updated_at,
                  workspace = excluded.workspace, model = excluded.model,
                  title = excluded.title, last_seq = excluded.last_seq,
-                 status = excluded.status, parent = excluded.parent"
+                 status = excluded.status, parent = excluded.parent,
+                 usage = excluded.usage"
         ))
         .await
         .map_err(append_backend)?;
@@ -535,6 +536,7 @@ async fn store_summary(tx: &Transaction<'_>, summary: &SessionSummary) -> Result
             &last_seq,
             &summary.status.as_str(),
             &summary.parent.map(|parent| parent.0),
+            &record::usage_column(&summary.usage),
         ],
     )
     .await
@@ -567,6 +569,12 @@ fn decode_summary(row: &Row) -> Result<SessionSummary, String> {
         last_seq: Seq(u64::try_from(last_seq).map_err(|_| context("last_seq"))?),
         status: summary::parse_status(&text(7, "status")?).ok_or_else(|| context("status"))?,
         parent: parent.map(SessionId),
+        usage: row
+            .try_get::<_, Option<String>>(9)
+            .map_err(|error| describe(&error))?
+            .as_deref()
+            .and_then(record::parse_usage)
+            .ok_or_else(|| context("usage"))?,
     })
 }
 

@@ -497,10 +497,11 @@ struct SummaryColumns {
     last_seq: i64,
     status: String,
     parent: Option<String>,
+    usage: Option<String>,
 }
 
 const SUMMARY_COLUMNS: &str =
-    "id, created_at, updated_at, workspace, model, title, last_seq, status, parent";
+    "id, created_at, updated_at, workspace, model, title, last_seq, status, parent, usage";
 
 impl SummaryColumns {
     fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryColumns> {
@@ -514,6 +515,7 @@ impl SummaryColumns {
             last_seq: row.get(6)?,
             status: row.get(7)?,
             parent: row.get(8)?,
+            usage: row.get(9)?,
         })
     }
 
@@ -535,6 +537,11 @@ impl SummaryColumns {
                 .map(parse_session_id)
                 .transpose()
                 .map_err(|_| context("parent"))?,
+            usage: self
+                .usage
+                .as_deref()
+                .and_then(record::parse_usage)
+                .ok_or_else(|| context("usage"))?,
         })
     }
 }
@@ -555,12 +562,13 @@ fn load_summary(
 fn store_summary(tx: &Transaction<'_>, summary: &SessionSummary) -> Result<(), AppendError> {
     let mut upsert = tx
         .prepare_cached(&format!(
-            "INSERT INTO sessions ({SUMMARY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+            "INSERT INTO sessions ({SUMMARY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
              ON CONFLICT (id) DO UPDATE SET
                  created_at = excluded.created_at, updated_at = excluded.updated_at,
                  workspace = excluded.workspace, model = excluded.model,
                  title = excluded.title, last_seq = excluded.last_seq,
-                 status = excluded.status, parent = excluded.parent"
+                 status = excluded.status, parent = excluded.parent,
+                 usage = excluded.usage"
         ))
         .map_err(append_backend)?;
     let last_seq = i64::try_from(summary.last_seq.0).map_err(|_| AppendError::InvalidBatch {
@@ -577,6 +585,7 @@ fn store_summary(tx: &Transaction<'_>, summary: &SessionSummary) -> Result<(), A
             last_seq,
             summary.status.as_str(),
             summary.parent.map(|parent| parent.to_string()),
+            record::usage_column(&summary.usage),
         ])
         .map(drop)
         .map_err(append_backend)

@@ -45,7 +45,8 @@
 //!   no-op) and a corrupt record is never overwritten.
 //! - Sessions list newest `created_at` first (ties: larger id first). The status follows
 //!   the last run event, sealing is final, the title is the first non-empty turn input
-//!   with whitespace collapsed, cut to 80 characters ending in `…`.
+//!   with whitespace collapsed, cut to 80 characters ending in `…`. The row carries the
+//!   session's usage totals: every `model_response` folded with `UsageTotals::add`.
 //! - A session prefix is case-insensitive hex with optional dashes; an empty or non-hex
 //!   prefix matches nothing.
 //! - A cancel request is taken exactly once; requesting twice before a take is one request.
@@ -118,6 +119,7 @@ pub async fn run_all<F: StoreFactory>(factory: &F) {
         sessions::sessions_list_newest_first_with_status_and_title,
         sessions::title_is_collapsed_and_truncated,
         sessions::sealing_is_final,
+        sessions::usage_totals_are_kept_in_the_listing,
         sessions::prefix_resolution,
         cancel::cancel_request_is_taken_once,
         durability::reopen_keeps_everything,
