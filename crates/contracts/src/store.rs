@@ -250,6 +250,43 @@ pub trait Store: Send + Sync + Debug {
     async fn read(&self, session_id: SessionId, after: Seq)
     -> Result<Vec<RuntimeEvent>, ReadError>;
 
+    /// Events of `session_id` with seq at most `up_to` whose kind ([`crate::EventKind::name`])
+    /// is one of `kinds`, in seq order. A database answers it from an index on the kind, so
+    /// the kernel can load a session's facts without reading its whole history.
+    ///
+    /// The default filters [`Store::read`].
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Corrupt`] when a stored record does not decode.
+    async fn read_kinds(
+        &self,
+        session_id: SessionId,
+        kinds: &[&str],
+        up_to: Seq,
+    ) -> Result<Vec<RuntimeEvent>, ReadError> {
+        let mut events = self.read(session_id, Seq(0)).await?;
+        events.retain(|event| event.seq <= up_to && kinds.contains(&event.kind.name()));
+        Ok(events)
+    }
+
+    /// The session's latest event of `kind` ([`crate::EventKind::name`]), if any: what a
+    /// resume starts from (the latest `compaction`).
+    ///
+    /// The default scans [`Store::read`].
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Corrupt`] when that record does not decode.
+    async fn last_of_kind(
+        &self,
+        session_id: SessionId,
+        kind: &str,
+    ) -> Result<Option<RuntimeEvent>, ReadError> {
+        let events = self.read(session_id, Seq(0)).await?;
+        Ok(events.into_iter().rev().find(|event| event.kind.name() == kind))
+    }
+
     /// Every session, newest first.
     ///
     /// # Errors
