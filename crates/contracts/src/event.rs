@@ -202,6 +202,21 @@ impl UsageTotals {
     }
 }
 
+/// The compaction a chained compaction digest extends (issue #13): the later compaction's
+/// `digest` is `sha256(chain.digest ++ "\n" ++ JSON of each event after chain.covers_to up to
+/// its own covers_to, one per line)`, so each compaction hashes only what was covered since
+/// the previous one, and a change to an event covered by the previous one invalidates that
+/// one and with it every compaction chained on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DigestChain {
+    /// Seq of the compaction event extended.
+    pub compaction: Seq,
+    /// Its last covered seq: the chained digest hashes the events after it.
+    pub covers_to: Seq,
+    /// Its digest.
+    pub digest: String,
+}
+
 /// What a compaction carries forward verbatim, extracted by keel from the covered events.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct CarriedContext {
@@ -327,9 +342,19 @@ pub enum EventKind {
         covers_from: Seq,
         /// Last covered seq.
         covers_to: Seq,
-        /// SHA-256 over the covered events' JSON, one per line: the compaction is invalid
-        /// when the covered events no longer hash to it.
+        /// SHA-256 over the covered events' JSON, one per line, or chained on `chain` (see
+        /// [`DigestChain`]): the compaction is invalid when the covered events no longer
+        /// hash to it.
         digest: String,
+        /// The earlier compaction `digest` is chained on; absent when it hashes every
+        /// covered event from `covers_from` (the first compaction of a session, and every
+        /// compaction written before chaining).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        chain: Option<DigestChain>,
+        /// Conversation responses recorded in the session before this event (the scripted
+        /// model's position), so a resume that starts reading here need not count them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        responses_before: Option<u64>,
         /// The model's summary of the covered conversation.
         summary: String,
         /// What keel carries forward verbatim, whatever the summary says.

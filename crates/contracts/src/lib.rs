@@ -46,7 +46,7 @@ pub use envelope::{
     authorize_tool_invocation, effects_require_consent, executes_in_shadow, requires_consent,
 };
 pub use event::{
-    ApprovalMode, Boundary, CarriedContext, Decision, EventKind, Evidence, Lineage,
+    ApprovalMode, Boundary, CarriedContext, Decision, DigestChain, EventKind, Evidence, Lineage,
     PermissionAnswer, RuntimeEvent, SandboxMode, UsageTotals,
 };
 pub use exact::{

@@ -1,19 +1,63 @@
-//! The kernel's handle on one session's ledger: appends durably, then keeps the durable
-//! events in memory as the projection's source.
+//! The kernel's handle on one session's ledger: appends durably, then keeps what the
+//! projection and the loop need in memory.
+//!
+//! Memory is bounded by the retained window, not the history (issue #13). The ledger holds
+//! every event after its *base* and, at or below the base, only the session's facts
+//! ([`FACT_KINDS`]: `session_created`, turn and run starts and ends, permission answers,
+//! boundary revisions, sealing), which are few and small. The base is the seq the active
+//! compaction's digest chain starts after ([`keel_contracts::DigestChain::covers_to`]), so
+//! the active compaction can still be checked against the events it covers since the one
+//! it extends, and the projection (which starts after the active compaction) is whole.
+//! When a chained compaction lands, the covered prefix below its chain is dropped from
+//! memory; the store keeps everything, and what needs covered history reads it from there
+//! ([`Ledger::history_from`]).
+//!
+//! [`Ledger::load`] reads the same shape from the store: the latest compaction (an indexed
+//! query), the facts at or below its base, and the events after it, so resuming a session
+//! of 100 000 events reads a bounded suffix. When that compaction does not check out
+//! against what was read, the whole ledger is read instead.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use keel_contracts::{Clock, EventKind, RunId, RuntimeEvent, Seq, SessionId, Store, TurnId};
 
 use crate::{KernelError, Observer};
 
-/// A session's durable events plus the means to append more.
+/// Kinds of events kept in memory below the base: the session's facts, which the loop
+/// reads from the whole session (grants, the boundary, the turn and run being resumed).
+pub(crate) const FACT_KINDS: &[&str] = &[
+    "session_created",
+    "session_sealed",
+    "turn_started",
+    "run_started",
+    "run_completed",
+    "run_failed",
+    "run_suspended",
+    "run_cancelled",
+    "run_denied",
+    "permission_settled",
+    "boundary_revised",
+];
+
+/// Whether `kind` is one of [`FACT_KINDS`].
+fn is_fact(kind: &EventKind) -> bool {
+    FACT_KINDS.contains(&kind.name())
+}
+
+/// A session's durable events (the retained suffix and the session's facts) plus the means
+/// to append more.
 ///
-/// `events` holds exactly what the store acknowledged, in seq order: an event enters it
-/// only after [`Store::append`] returned `Ok`.
+/// `events` holds only what the store acknowledged, in seq order: an event enters it only
+/// after [`Store::append`] returned `Ok`. Every event with seq above `base` is in it.
 pub(crate) struct Ledger {
     pub(crate) session_id: SessionId,
-    pub(crate) events: Vec<RuntimeEvent>,
+    events: Vec<RuntimeEvent>,
+    /// Events at or below this seq are held only if they are facts ([`FACT_KINDS`]).
+    base: Seq,
+    /// The session's last seq (held or not).
+    last_seq: Seq,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     observer: Arc<dyn Observer>,
@@ -24,16 +68,67 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    /// Loads a session's whole ledger.
+    /// Loads a session: from its latest compaction on when that compaction checks out
+    /// (see the module docs), else the whole ledger. An unknown session loads empty.
     pub(crate) async fn load(
         session_id: SessionId,
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
         observer: Arc<dyn Observer>,
     ) -> Result<Ledger, KernelError> {
-        let events = store.read(session_id, Seq(0)).await?;
-        let responses = crate::projection::responses_in_session(&events);
-        Ok(Ledger { session_id, events, store, clock, observer, responses, lease: None })
+        let mut ledger = Ledger {
+            session_id,
+            events: Vec::new(),
+            base: Seq(0),
+            last_seq: Seq(0),
+            store,
+            clock,
+            observer,
+            responses: 0,
+            lease: None,
+        };
+        if !ledger.load_tail().await? {
+            let events = ledger.store.read(session_id, Seq(0)).await?;
+            ledger.responses = crate::projection::responses_in_session(&events);
+            ledger.last_seq = events.last().map_or(Seq(0), |event| event.seq);
+            ledger.events = events;
+            ledger.base = Seq(0);
+        }
+        Ok(ledger)
+    }
+
+    /// Reads the facts up to the latest compaction's base and every event after it;
+    /// `false` (nothing kept) when there is no chained compaction or it does not check out.
+    async fn load_tail(&mut self) -> Result<bool, KernelError> {
+        let Some(latest) = self.store.last_of_kind(self.session_id, "compaction").await? else {
+            return Ok(false);
+        };
+        let EventKind::Compaction { chain: Some(chain), responses_before: Some(before), .. } =
+            &latest.kind
+        else {
+            return Ok(false);
+        };
+        let base = chain.covers_to;
+        let mut events = self.store.read_kinds(self.session_id, FACT_KINDS, base).await?;
+        if events.iter().any(|event| event.seq > base) {
+            return Ok(false);
+        }
+        let tail = self.store.read(self.session_id, base).await?;
+        if tail.first().is_some_and(|first| first.seq != base.next()) {
+            return Ok(false);
+        }
+        events.extend(tail);
+        let mut verified = BTreeMap::new();
+        let active = crate::context::active_compaction(&events, &mut verified);
+        if active.map(|event| event.seq) != Some(latest.seq) {
+            return Ok(false);
+        }
+        let after = events.partition_point(|event| event.seq <= latest.seq);
+        self.responses = before + crate::projection::responses_in_session(&events[after..]);
+        self.last_seq = events.last().map_or(Seq(0), |event| event.seq);
+        self.events = events;
+        self.base = base;
+        Ok(true)
     }
 
     /// An empty ledger for a session about to be created.
@@ -43,7 +138,28 @@ impl Ledger {
         clock: Arc<dyn Clock>,
         observer: Arc<dyn Observer>,
     ) -> Ledger {
-        Ledger { session_id, events: Vec::new(), store, clock, observer, responses: 0, lease: None }
+        Ledger {
+            session_id,
+            events: Vec::new(),
+            base: Seq(0),
+            last_seq: Seq(0),
+            store,
+            clock,
+            observer,
+            responses: 0,
+            lease: None,
+        }
+    }
+
+    /// The events held in memory, in seq order: every event after [`Ledger::base`], and
+    /// at or below it only the session's facts ([`FACT_KINDS`]).
+    pub(crate) fn events(&self) -> &[RuntimeEvent] {
+        &self.events
+    }
+
+    /// The first event (`session_created` in a well-formed session).
+    pub(crate) fn first(&self) -> Option<&RuntimeEvent> {
+        self.events.first().filter(|event| event.seq == Seq(1))
     }
 
     /// Model responses recorded in the session.
@@ -51,8 +167,28 @@ impl Ledger {
         self.responses
     }
 
-    fn last_seq(&self) -> Seq {
-        self.events.last().map_or(Seq(0), |event| event.seq)
+    /// The session's last seq.
+    pub(crate) fn last_seq(&self) -> Seq {
+        self.last_seq
+    }
+
+    /// Every event from `from` on: borrowed when memory holds them all, otherwise read from
+    /// the store (covered history: rare paths such as recovery of a run that began before
+    /// the retained window, or paging an old result).
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError`] when the store cannot be read.
+    pub(crate) async fn history_from(
+        &self,
+        from: Seq,
+    ) -> Result<Cow<'_, [RuntimeEvent]>, KernelError> {
+        if from > self.base {
+            let start = self.events.partition_point(|event| event.seq < from);
+            return Ok(Cow::Borrowed(&self.events[start..]));
+        }
+        let after = Seq(from.0.saturating_sub(1));
+        Ok(Cow::Owned(self.store.read(self.session_id, after).await?))
     }
 
     /// Appends one event durably and returns it.
@@ -78,7 +214,105 @@ impl Ledger {
         if event.kind.is_conversation_response() {
             self.responses += 1;
         }
+        self.last_seq = event.seq;
+        let new_base = match &event.kind {
+            EventKind::Compaction { chain: Some(chain), .. } => Some(chain.covers_to),
+            _ => None,
+        };
         self.events.push(event);
+        if let Some(new_base) = new_base {
+            self.advance_base(new_base);
+        }
         Ok(self.events.last().unwrap_or_else(|| unreachable!("an event was just pushed")))
+    }
+
+    /// Drops the events at or below `new_base` that are not facts: a chained compaction
+    /// landed, so the projection and the check of that compaction need nothing below it.
+    fn advance_base(&mut self, new_base: Seq) {
+        if new_base <= self.base {
+            return;
+        }
+        self.events.retain(|event| event.seq > new_base || is_fact(&event.kind));
+        self.events.shrink_to(self.events.len() * 2);
+        self.base = new_base;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_contracts::{CarriedContext, DigestChain, RequestPurpose};
+    use keel_testkit::{FakeClock, MemStore};
+
+    fn requested(step: u32) -> EventKind {
+        EventKind::ModelRequested {
+            step,
+            messages: 1,
+            request_sha256: format!("r{step}"),
+            tokens: None,
+            tokens_before_pruning: None,
+            pruned_results: 0,
+            purpose: RequestPurpose::Conversation,
+        }
+    }
+
+    fn compaction(chain: Option<DigestChain>, covers_to: u64) -> EventKind {
+        EventKind::Compaction {
+            covers_from: Seq(1),
+            covers_to: Seq(covers_to),
+            digest: "d".into(),
+            chain,
+            responses_before: Some(0),
+            summary: "s".into(),
+            carried: CarriedContext::default(),
+            tokens_before: 0,
+            tokens_after: 0,
+        }
+    }
+
+    /// A chained compaction drops what its chain covers from memory, keeping the facts;
+    /// covered history is still read from the store.
+    #[tokio::test]
+    async fn a_chained_compaction_drops_the_covered_prefix_but_keeps_the_facts() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let session_id = SessionId(uuid::Uuid::from_u128(7));
+        let mut ledger = Ledger::new_session(
+            session_id,
+            store.clone(),
+            Arc::new(FakeClock::new()),
+            Arc::new(crate::NoopObserver),
+        );
+        let created = serde_json::json!({
+            "kind": "session_created", "workspace": "/w", "model": "m",
+            "envelope": keel_contracts::Envelope::executor(), "mode": "live",
+        });
+        ledger.append(None, None, serde_json::from_value(created).unwrap()).await.unwrap();
+        ledger.append(None, None, EventKind::TurnStarted { input: "task".into() }).await.unwrap();
+        for step in 0..4 {
+            ledger.append(None, None, requested(step)).await.unwrap();
+        }
+        // #7: the first compaction (no chain) keeps everything in memory.
+        ledger.append(None, None, compaction(None, 4)).await.unwrap();
+        assert_eq!(ledger.events().len(), 7);
+        for step in 4..8 {
+            ledger.append(None, None, requested(step)).await.unwrap();
+        }
+        // #12, chained on #7 (which covers up to #4): #3 and #4 leave memory.
+        let chain = DigestChain { compaction: Seq(7), covers_to: Seq(4), digest: "d".into() };
+        ledger.append(None, None, compaction(Some(chain), 9)).await.unwrap();
+        let held: Vec<u64> = ledger.events().iter().map(|event| event.seq.0).collect();
+        assert_eq!(held, [1, 2, 5, 6, 7, 8, 9, 10, 11, 12]);
+        assert_eq!(ledger.last_seq(), Seq(12));
+        assert_eq!(ledger.first().map(|event| event.kind.name()), Some("session_created"));
+        let from_store = ledger.history_from(Seq(3)).await.unwrap();
+        assert!(matches!(from_store, Cow::Owned(_)));
+        assert_eq!(from_store.first().map(|event| event.seq), Some(Seq(3)));
+        assert_eq!(from_store.len(), 10);
+        let held_tail = ledger.history_from(Seq(6)).await.unwrap();
+        assert!(matches!(held_tail, Cow::Borrowed(_)));
+        assert_eq!(held_tail.len(), 7);
+        // The next event still gets the next seq.
+        let next = ledger.append(None, None, requested(9)).await.unwrap().seq;
+        assert_eq!(next, Seq(13));
     }
 }

@@ -7,6 +7,7 @@ mod dependencies;
 mod faults;
 mod gates;
 mod leases;
+mod long_sessions;
 mod outbox;
 mod recovery;
 mod repeats;
