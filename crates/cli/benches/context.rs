@@ -206,6 +206,7 @@ fn session(events_wanted: usize, compacted: bool) -> Vec<RuntimeEvent> {
                 digest,
                 chain: None,
                 responses_before: None,
+                failures: None,
                 summary: "summary".into(),
                 carried: CarriedContext {
                     inputs: vec!["the task".into()],

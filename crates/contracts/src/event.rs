@@ -217,6 +217,28 @@ pub struct DigestChain {
     pub digest: String,
 }
 
+/// The repeated-failure guard's counts for one turn as of a compaction's `covers_to`
+/// (issue #13): a resume of a turn that began before the events it reads continues from
+/// them instead of reading the covered part of the turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnFailures {
+    /// The turn open at `covers_to`.
+    pub turn_id: TurnId,
+    /// Its failures so far, by call.
+    pub counts: Vec<FailureCount>,
+}
+
+/// How often one call (tool and arguments) failed in a turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureCount {
+    /// The tool.
+    pub tool: String,
+    /// SHA-256 of the arguments' JSON.
+    pub arguments_sha256: String,
+    /// `error` results so far.
+    pub failures: u32,
+}
+
 /// What a compaction carries forward verbatim, extracted by keel from the covered events.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct CarriedContext {
@@ -355,6 +377,9 @@ pub enum EventKind {
         /// model's position), so a resume that starts reading here need not count them.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         responses_before: Option<u64>,
+        /// The repeated-failure counts of the turn open at `covers_to`, up to it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failures: Option<TurnFailures>,
         /// The model's summary of the covered conversation.
         summary: String,
         /// What keel carries forward verbatim, whatever the summary says.

@@ -271,6 +271,7 @@ impl Kernel {
             Some(chain) => context::chained_digest(&chain.digest, segment),
             None => context::digest_of(segment),
         };
+        let failures = turn_failures(ledger.events(), previous.as_ref(), segment, covers_to);
         let note = context::carried_note(&carried, Some(&summary), Seq(1), covers_to);
         let after = window.fixed_tokens
             + window.counter.count(&note)
@@ -290,6 +291,7 @@ impl Kernel {
                     digest,
                     chain,
                     responses_before: Some(ledger.responses()),
+                    failures,
                     summary,
                     carried,
                     tokens_before: before,
@@ -367,6 +369,47 @@ impl Kernel {
             Compacted::Not => None,
         })
     }
+}
+
+/// The repeated-failure counts of the turn open at `covers_to`, up to it: the previous
+/// compaction's (when it is of the same turn) plus the failures in `segment`, the events
+/// covered since.
+fn turn_failures(
+    events: &[keel_contracts::RuntimeEvent],
+    previous: Option<&keel_contracts::RuntimeEvent>,
+    segment: &[keel_contracts::RuntimeEvent],
+    covers_to: Seq,
+) -> Option<keel_contracts::TurnFailures> {
+    // Turn starts are facts: held in memory whatever was dropped.
+    let turn_id = events
+        .iter()
+        .rev()
+        .filter(|event| event.seq <= covers_to)
+        .find(|event| matches!(event.kind, EventKind::TurnStarted { .. }))?
+        .turn_id?;
+    let mut counts = BTreeMap::new();
+    if let Some(EventKind::Compaction { failures: Some(earlier), .. }) =
+        previous.map(|event| &event.kind)
+        && earlier.turn_id == turn_id
+    {
+        for count in &earlier.counts {
+            counts.insert((count.tool.clone(), count.arguments_sha256.clone()), count.failures);
+        }
+    }
+    for (key, failures) in crate::settlement::failures_in_turn(segment, turn_id) {
+        *counts.entry(key).or_insert(0) += failures;
+    }
+    Some(keel_contracts::TurnFailures {
+        turn_id,
+        counts: counts
+            .into_iter()
+            .map(|((tool, arguments_sha256), failures)| keel_contracts::FailureCount {
+                tool,
+                arguments_sha256,
+                failures,
+            })
+            .collect(),
+    })
 }
 
 /// The prefix as a summary request sees it: results larger than 2 KiB become previews, so

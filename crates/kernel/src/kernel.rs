@@ -392,18 +392,7 @@ impl Kernel {
                 revision: boundary_revision,
             },
         );
-        // The turn may have begun before the events held in memory: its failures are then
-        // read from the store.
-        let turn_start = ledger
-            .events()
-            .iter()
-            .rev()
-            .find(|event| {
-                event.turn_id == Some(turn_id)
-                    && matches!(event.kind, EventKind::TurnStarted { .. })
-            })
-            .map_or(keel_contracts::Seq(1), |event| event.seq);
-        calls.seed_failures(&ledger.history_from(turn_start).await?, turn_id);
+        calls.seed_failures(ledger.failures_in_turn(turn_id).await?);
         // Calls a dead run left waiting for consent are asked again, in order, before the
         // model sees anything (DESIGN.md §6: a pending permission request survives a crash).
         let (awaiting_turn, _, awaiting) = recovery::awaiting_calls(ledger.events());

@@ -191,6 +191,56 @@ impl Ledger {
         Ok(Cow::Owned(self.store.read(self.session_id, after).await?))
     }
 
+    /// The repeated-failure counts `turn_id` already has (see
+    /// [`crate::settlement::failures_in_turn`]): from the held events when the turn began
+    /// after the base, else from the counts the compaction at the base recorded plus the
+    /// events after it, else (a ledger compacted before compactions recorded them) from the
+    /// turn's events read from the store.
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError`] when the store cannot be read.
+    pub(crate) async fn failures_in_turn(
+        &self,
+        turn_id: TurnId,
+    ) -> Result<BTreeMap<(String, String), u32>, KernelError> {
+        let turn_start = self
+            .events
+            .iter()
+            .rev()
+            .find(|event| {
+                event.turn_id == Some(turn_id)
+                    && matches!(event.kind, EventKind::TurnStarted { .. })
+            })
+            .map_or(Seq(1), |event| event.seq);
+        let after_base = self.events.partition_point(|event| event.seq <= self.base);
+        if turn_start > self.base {
+            return Ok(crate::settlement::failures_in_turn(&self.events[after_base..], turn_id));
+        }
+        let at_base = self.events[after_base..].iter().find_map(|event| match &event.kind {
+            EventKind::Compaction { covers_to, failures: Some(failures), .. }
+                if *covers_to == self.base && failures.turn_id == turn_id =>
+            {
+                Some(failures)
+            }
+            _ => None,
+        });
+        if let Some(at_base) = at_base {
+            let mut counts: BTreeMap<(String, String), u32> = at_base
+                .counts
+                .iter()
+                .map(|count| ((count.tool.clone(), count.arguments_sha256.clone()), count.failures))
+                .collect();
+            let since = crate::settlement::failures_in_turn(&self.events[after_base..], turn_id);
+            for (key, failures) in since {
+                *counts.entry(key).or_insert(0) += failures;
+            }
+            return Ok(counts);
+        }
+        let history = self.history_from(turn_start).await?;
+        Ok(crate::settlement::failures_in_turn(&history, turn_id))
+    }
+
     /// Appends one event durably and returns it.
     pub(crate) async fn append(
         &mut self,
@@ -263,6 +313,7 @@ mod tests {
             digest: "d".into(),
             chain,
             responses_before: Some(0),
+            failures: None,
             summary: "s".into(),
             carried: CarriedContext::default(),
             tokens_before: 0,

@@ -96,12 +96,8 @@ pub(crate) struct CallState<'a> {
 
 impl CallState<'_> {
     /// Starts the repeated-failure guard from what the turn's earlier runs recorded.
-    pub(crate) fn seed_failures(
-        &mut self,
-        events: &[keel_contracts::RuntimeEvent],
-        turn_id: TurnId,
-    ) {
-        self.failures = failures_in_turn(events, turn_id);
+    pub(crate) fn seed_failures(&mut self, failures: BTreeMap<(String, String), u32>) {
+        self.failures = failures;
     }
 }
 

@@ -312,3 +312,90 @@ async fn issue_13_a_new_turn_reads_only_from_the_latest_compaction_and_projects_
     });
     assert_eq!(outcome, Some(Outcome::Ok));
 }
+
+/// `steps` emit steps where steps 5, 40 and 80 make the same invalid call, then that call
+/// once more (for the resumed run) and "done".
+fn failing_script(steps: usize) -> String {
+    let mut json = String::from(r#"{"steps":["#);
+    let failing = r#"{"text":"bad","tool_calls":[{"name":"emit","arguments":{"bytes":-1}}]},"#;
+    for step in 0..steps {
+        if [5, 40, 80].contains(&step) {
+            json.push_str(failing);
+        } else {
+            json.push_str(&format!(
+                r#"{{"text":"step {step}","tool_calls":[{{"name":"emit","arguments":{{"bytes":3000}}}}]}},"#
+            ));
+        }
+    }
+    json.push_str(failing);
+    json.push_str(r#"{"text":"done"}], "compaction": "Summary: emitted results."}"#);
+    json
+}
+
+/// The repeated-failure guard of a turn survives a resume that reads only from the latest
+/// compaction: the failures it covers come from the counts the compactions recorded.
+#[tokio::test]
+async fn issue_13_a_resumed_long_turn_keeps_its_failure_counts_without_reading_the_turn() {
+    let steps = 150;
+    let mut harness = Harness::new();
+    harness.extra_tools.push(Emit::tool());
+    harness.context = ContextPolicy::for_window(Some(6000));
+    harness.max_steps = Some(u32::try_from(steps).unwrap());
+    let kernel = harness.kernel(&failing_script(steps));
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, TASK, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert!(matches!(report.outcome, TurnOutcome::Suspended { .. }), "{:?}", report.outcome);
+    let events = harness.events(session).await;
+    let latest = *compactions(&events).last().unwrap();
+    let base = chain_of(latest).unwrap().covers_to;
+    let failures = events
+        .iter()
+        .filter(|event| {
+            matches!(&event.kind, EventKind::ToolResult { outcome: Outcome::Error, .. })
+        })
+        .map(|event| event.seq)
+        .collect::<Vec<_>>();
+    assert_eq!(failures.len(), 3);
+    assert!(failures.iter().all(|seq| *seq < base), "{failures:?} not all below {base}");
+    let EventKind::Compaction { failures: Some(recorded), .. } = &latest.kind else {
+        panic!("the latest compaction records the turn's failures")
+    };
+    assert_eq!(recorded.counts.iter().map(|count| count.failures).collect::<Vec<_>>(), [3]);
+
+    let copy = MemStore::new();
+    copy.append(&events).await.unwrap();
+    let mut results = Vec::new();
+    for (store, hide) in [(harness.store.clone(), false), (Arc::new(copy) as Arc<dyn Store>, true)]
+    {
+        let watched = Watched::new(store, hide);
+        let mut resumed = Harness::new();
+        resumed.extra_tools.push(Emit::tool());
+        resumed.context = harness.context;
+        resumed.store = watched.clone();
+        resumed.ids = harness.ids.clone();
+        resumed.clock = harness.clock.clone();
+        let kernel = resumed.kernel(&failing_script(steps));
+        let report =
+            kernel.resume(session, &resumed.run_config(), &Cancellation::new()).await.unwrap();
+        assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() });
+        let reads = watched.take();
+        let after = resumed.events(session).await;
+        let blocked = after.iter().rev().find_map(|event| match &event.kind {
+            EventKind::ToolResult { content, .. } => Some(content.clone()),
+            _ => None,
+        });
+        results.push((reads, blocked));
+    }
+    let (tail_reads, tail_blocked) = &results[0];
+    let (_, full_blocked) = &results[1];
+    assert!(
+        tail_blocked.as_deref().is_some_and(|text| text.contains("already failed 3 times")),
+        "{tail_blocked:?}"
+    );
+    assert_eq!(tail_blocked, full_blocked);
+    // Nothing at or below the base was read whole: only the facts, by kind.
+    let below =
+        tail_reads.iter().find(|read| matches!(read, ReadCall::Read { after } if *after < base));
+    assert_eq!(below, None, "{tail_reads:?}");
+}
