@@ -9,7 +9,8 @@
 //!
 //! Run: `cargo bench -p keel-cli --bench long_session`
 //! Sizes: `KEEL_BENCH_STEPS` (default 10000) for the step times, `KEEL_BENCH_RSS_STEPS`
-//! (default `1000,20000`) for the peaks. A plain `harness = false` binary: criterion's
+//! (default `1000,20000`) for the peaks, `KEEL_BENCH_RSS_WINDOW` (tokens; default unknown)
+//! for the peaks' window. A plain `harness = false` binary: criterion's
 //! repeated iterations are the wrong shape for "the time of step N".
 #![allow(clippy::unwrap_used, clippy::print_stdout, clippy::expect_used)]
 
@@ -178,9 +179,13 @@ fn step_times(steps: usize, window: Option<u64>) {
 }
 
 fn main() {
+    // `KEEL_BENCH_RSS_WINDOW`: the window of the peak-RSS children (default unknown). With
+    // a known window the session compacts, and the in-memory ledger drops what is covered.
+    let rss_window: Option<u64> =
+        std::env::var("KEEL_BENCH_RSS_WINDOW").ok().and_then(|s| s.parse().ok());
     if let Ok(steps) = std::env::var("KEEL_BENCH_CHILD_STEPS") {
         let steps: usize = steps.parse().unwrap();
-        let _ = run(steps, None);
+        let _ = run(steps, rss_window);
         println!("{}", vm_hwm_kib());
         return;
     }
@@ -213,7 +218,8 @@ fn main() {
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
         let kib: u64 = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap();
         println!(
-            "long_session/peak_rss steps={size} window=unknown: VmHWM {:.1} MiB ({:.1?})",
+            "long_session/peak_rss steps={size} window={}: VmHWM {:.1} MiB ({:.1?})",
+            rss_window.map_or_else(|| "unknown".to_owned(), |w| format!("{w} tokens")),
             kib as f64 / 1024.0,
             started.elapsed()
         );
