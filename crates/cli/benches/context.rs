@@ -204,6 +204,9 @@ fn session(events_wanted: usize, compacted: bool) -> Vec<RuntimeEvent> {
                 covers_from: Seq(1),
                 covers_to,
                 digest,
+                chain: None,
+                responses_before: None,
+                failures: None,
                 summary: "summary".into(),
                 carried: CarriedContext {
                     inputs: vec!["the task".into()],

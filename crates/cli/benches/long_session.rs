@@ -14,7 +14,9 @@
 //! Run: `cargo bench -p keel-cli --bench long_session`
 //! Sizes: `KEEL_BENCH_STEPS` (default 10000) for the step times, `KEEL_BENCH_RSS_STEPS`
 //! (default `1000,20000`) for the peaks; `KEEL_BENCH_WINDOWS=unknown|known` runs one mode,
-//! `KEEL_BENCH_ALLOCATORS=glibc|mimalloc` one allocator. A plain `harness = false` binary:
+//! `KEEL_BENCH_ALLOCATORS=glibc|mimalloc` one allocator, `KEEL_BENCH_RSS_WINDOW` (tokens;
+//! default unknown) the peaks' window (with a known window the session compacts, and the
+//! in-memory ledger drops what is covered). A plain `harness = false` binary:
 //! criterion's repeated iterations are the wrong shape for "the time of step N".
 #![allow(clippy::unwrap_used, clippy::print_stdout, clippy::expect_used)]
 
@@ -272,7 +274,9 @@ fn main() {
                 step_times(steps.parse().unwrap(), (*window == "known").then_some(32_000));
             }
             ["rss", steps] => {
-                let _ = run(steps.parse().unwrap(), None);
+                let rss_window: Option<u64> =
+                    std::env::var("KEEL_BENCH_RSS_WINDOW").ok().and_then(|s| s.parse().ok());
+                let _ = run(steps.parse().unwrap(), rss_window);
                 println!("{}", vm_hwm_kib());
             }
             _ => panic!("unknown KEEL_BENCH_CHILD {job}"),

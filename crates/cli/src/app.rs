@@ -269,6 +269,23 @@ pub(crate) async fn resolve_session(
     store.resolve_session(prefix).await.map_err(|error| usage(error.to_string()))
 }
 
+/// What `keel resume` and `keel compact` read before the kernel loads the session: its
+/// `session_created`, `session_sealed` and last `run_started` (for its budget), in seq
+/// order, through the store's kind index. Never the whole ledger: the kernel reads the
+/// session once, from its latest compaction on.
+async fn session_head(
+    store: &Arc<dyn Store>,
+    session_id: SessionId,
+) -> anyhow::Result<Vec<keel_contracts::RuntimeEvent>> {
+    let mut events =
+        store.read_kinds(session_id, &["session_created"], keel_contracts::Seq(1)).await?;
+    for kind in ["session_sealed", "run_started"] {
+        events.extend(store.last_of_kind(session_id, kind).await?);
+    }
+    events.sort_by_key(|event| event.seq);
+    Ok(events)
+}
+
 async fn resume(
     session: &crate::habits::SessionArg,
     task: Option<String>,
@@ -277,7 +294,7 @@ async fn resume(
     let started_at = keel_contracts::Clock::now(&SystemClock);
     let (home, store) = open_store().await?;
     let session_id = session.resolve(&store).await?;
-    let events = store.read(session_id, keel_contracts::Seq(0)).await?;
+    let events = session_head(&store, session_id).await?;
     let Some(EventKind::SessionCreated { workspace, .. }) = events.first().map(|e| &e.kind) else {
         bail!("session {session_id} has no session_created event");
     };
@@ -331,7 +348,7 @@ async fn resume(
 async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> anyhow::Result<u8> {
     let (home, store) = open_store().await?;
     let session_id = session.resolve(&store).await?;
-    let events = store.read(session_id, keel_contracts::Seq(0)).await?;
+    let events = session_head(&store, session_id).await?;
     let Some(EventKind::SessionCreated { workspace, .. }) = events.first().map(|e| &e.kind) else {
         bail!("session {session_id} has no session_created event");
     };

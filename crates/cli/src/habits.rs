@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
 
-use keel_contracts::{EventKind, Seq, SessionId, SessionStatus, SessionSummary, Store};
+use keel_contracts::{Seq, SessionId, SessionStatus, SessionSummary, Store};
 
 use crate::app::{exit, open_store, resolve_session, usage};
 use crate::output;
@@ -86,33 +86,9 @@ pub(crate) async fn sessions(
         let mut flags = keep.into_iter();
         sessions.retain(|_| flags.next().unwrap_or(false));
     }
-    let mut totals = std::collections::BTreeMap::new();
-    for session in &sessions {
-        let mut usage = keel_contracts::UsageTotals::default();
-        match store.read(session.id, Seq(0)).await {
-            Ok(events) => {
-                for event in events {
-                    if let EventKind::ModelResponse {
-                        usage: reported,
-                        estimated_usage,
-                        cost_usd,
-                        ..
-                    } = &event.kind
-                    {
-                        usage.add(reported, estimated_usage.as_ref(), *cost_usd);
-                    }
-                }
-            }
-            // One damaged session must not hide the others: its totals are unknown.
-            Err(error) => {
-                eprintln!("keel: session {}: {error}", session.id);
-                usage.responses_without_usage = 1;
-                usage.responses = 1;
-                usage.cost_usd = None;
-            }
-        }
-        totals.insert(session.id, usage);
-    }
+    // The store keeps each session's usage in its listing row: no event is read here.
+    let totals: std::collections::BTreeMap<SessionId, keel_contracts::UsageTotals> =
+        sessions.iter().map(|session| (session.id, session.usage)).collect();
     let cost_text = |usage: &keel_contracts::UsageTotals| match (usage.responses, usage.cost_usd) {
         (0, _) => "-".to_owned(),
         (_, Some(usd)) => format!("${usd:.4}"),

@@ -142,6 +142,12 @@ pub struct UsageTotals {
 }
 
 impl UsageTotals {
+    /// The totals of a session whose responses could not be read: one response, its usage
+    /// not reported and its cost unknown, so a listing shows "unknown", never zero.
+    pub fn unknown() -> UsageTotals {
+        UsageTotals { responses: 1, responses_without_usage: 1, ..UsageTotals::default() }
+    }
+
     /// Adds another total (a child's spend to its parent's).
     pub fn absorb(&mut self, other: &UsageTotals) {
         if other.responses == 0 {
@@ -194,6 +200,43 @@ impl UsageTotals {
         self.cached_input_tokens += usage.cached_input_tokens.unwrap_or(0);
         self.reasoning_tokens += usage.reasoning_tokens.unwrap_or(0);
     }
+}
+
+/// The compaction a chained compaction digest extends (issue #13): the later compaction's
+/// `digest` is `sha256(chain.digest ++ "\n" ++ JSON of each event after chain.covers_to up to
+/// its own covers_to, one per line)`, so each compaction hashes only what was covered since
+/// the previous one, and a change to an event covered by the previous one invalidates that
+/// one and with it every compaction chained on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DigestChain {
+    /// Seq of the compaction event extended.
+    pub compaction: Seq,
+    /// Its last covered seq: the chained digest hashes the events after it.
+    pub covers_to: Seq,
+    /// Its digest.
+    pub digest: String,
+}
+
+/// The repeated-failure guard's counts for one turn as of a compaction's `covers_to`
+/// (issue #13): a resume of a turn that began before the events it reads continues from
+/// them instead of reading the covered part of the turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnFailures {
+    /// The turn open at `covers_to`.
+    pub turn_id: TurnId,
+    /// Its failures so far, by call.
+    pub counts: Vec<FailureCount>,
+}
+
+/// How often one call (tool and arguments) failed in a turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureCount {
+    /// The tool.
+    pub tool: String,
+    /// SHA-256 of the arguments' JSON.
+    pub arguments_sha256: String,
+    /// `error` results so far.
+    pub failures: u32,
 }
 
 /// What a compaction carries forward verbatim, extracted by keel from the covered events.
@@ -321,9 +364,22 @@ pub enum EventKind {
         covers_from: Seq,
         /// Last covered seq.
         covers_to: Seq,
-        /// SHA-256 over the covered events' JSON, one per line: the compaction is invalid
-        /// when the covered events no longer hash to it.
+        /// SHA-256 over the covered events' JSON, one per line, or chained on `chain` (see
+        /// [`DigestChain`]): the compaction is invalid when the covered events no longer
+        /// hash to it.
         digest: String,
+        /// The earlier compaction `digest` is chained on; absent when it hashes every
+        /// covered event from `covers_from` (the first compaction of a session, and every
+        /// compaction written before chaining).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        chain: Option<DigestChain>,
+        /// Conversation responses recorded in the session before this event (the scripted
+        /// model's position), so a resume that starts reading here need not count them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        responses_before: Option<u64>,
+        /// The repeated-failure counts of the turn open at `covers_to`, up to it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failures: Option<TurnFailures>,
         /// The model's summary of the covered conversation.
         summary: String,
         /// What keel carries forward verbatim, whatever the summary says.

@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::{RuntimeEvent, Seq, SessionId};
+use crate::{RuntimeEvent, Seq, SessionId, UsageTotals};
 
 /// Where a session stands, derived from its last run event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +62,9 @@ impl SessionStatus {
     }
 }
 
-/// One row of a session listing.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One row of a session listing, kept by the store in the same transaction as each append,
+/// so listing sessions never reads their events.
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionSummary {
     /// The session.
     pub id: SessionId,
@@ -83,6 +84,11 @@ pub struct SessionSummary {
     pub status: SessionStatus,
     /// Parent session, for children.
     pub parent: Option<SessionId>,
+    /// Usage and cost summed over every `model_response` of the session (every purpose),
+    /// folded with [`UsageTotals::add`] in seq order. A session whose events could not be
+    /// decoded when an older store was migrated reads as one response of unknown usage
+    /// and cost ([`UsageTotals::unknown`]).
+    pub usage: UsageTotals,
 }
 
 /// Appending failed.
@@ -243,6 +249,43 @@ pub trait Store: Send + Sync + Debug {
     /// [`ReadError::Corrupt`] when a stored record does not decode.
     async fn read(&self, session_id: SessionId, after: Seq)
     -> Result<Vec<RuntimeEvent>, ReadError>;
+
+    /// Events of `session_id` with seq at most `up_to` whose kind ([`crate::EventKind::name`])
+    /// is one of `kinds`, in seq order. A database answers it from an index on the kind, so
+    /// the kernel can load a session's facts without reading its whole history.
+    ///
+    /// The default filters [`Store::read`].
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Corrupt`] when a stored record does not decode.
+    async fn read_kinds(
+        &self,
+        session_id: SessionId,
+        kinds: &[&str],
+        up_to: Seq,
+    ) -> Result<Vec<RuntimeEvent>, ReadError> {
+        let mut events = self.read(session_id, Seq(0)).await?;
+        events.retain(|event| event.seq <= up_to && kinds.contains(&event.kind.name()));
+        Ok(events)
+    }
+
+    /// The session's latest event of `kind` ([`crate::EventKind::name`]), if any: what a
+    /// resume starts from (the latest `compaction`).
+    ///
+    /// The default scans [`Store::read`].
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Corrupt`] when that record does not decode.
+    async fn last_of_kind(
+        &self,
+        session_id: SessionId,
+        kind: &str,
+    ) -> Result<Option<RuntimeEvent>, ReadError> {
+        let events = self.read(session_id, Seq(0)).await?;
+        Ok(events.into_iter().rev().find(|event| event.kind.name() == kind))
+    }
 
     /// Every session, newest first.
     ///

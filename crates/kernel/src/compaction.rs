@@ -70,7 +70,7 @@ impl Kernel {
         let mut spent = UsageTotals::default();
         let mut verified = BTreeMap::new();
         let inline = window.policy.inline_limit_bytes;
-        let entries = context::retained_entries(&ledger.events, inline, &mut verified);
+        let entries = context::retained_entries(ledger.events(), inline, &mut verified);
         let (pruned, fitted) = context::prune(entries.clone(), window);
         let before = fitted.tokens;
         // Keep the most recent exchanges that fit in `room` once pruned, and at least the
@@ -86,7 +86,7 @@ impl Kernel {
             return Ok((Compacted::Not, spent));
         }
         let covers_to = Seq(entries[cut].seq.0.saturating_sub(1));
-        let previous = context::active_compaction(&ledger.events, &mut verified).cloned();
+        let previous = context::active_compaction(ledger.events(), &mut verified).cloned();
 
         // Summarise the prefix in pieces that fit.
         let piece_room = window.policy.budget().unwrap_or(u64::MAX).saturating_sub(
@@ -248,22 +248,30 @@ impl Kernel {
             start = end;
         }
 
-        let (carried, scan_from) = match &previous {
-            Some(event) => match &event.kind {
-                EventKind::Compaction { carried, covers_to, .. } => {
-                    (carried.clone(), covers_to.0 + 1)
-                }
-                _ => (CarriedContext::default(), 1),
-            },
-            None => (CarriedContext::default(), 1),
+        // The digest is chained on the compaction this one extends (issue #13): only the
+        // events covered since then are hashed, so a compaction costs the same at event
+        // 1 000 and 100 000.
+        let (carried, chain) = match previous.as_ref().map(|event| (event.seq, &event.kind)) {
+            Some((seq, EventKind::Compaction { carried, covers_to, digest, .. })) => (
+                carried.clone(),
+                Some(keel_contracts::DigestChain {
+                    compaction: seq,
+                    covers_to: *covers_to,
+                    digest: digest.clone(),
+                }),
+            ),
+            _ => (CarriedContext::default(), None),
         };
-        let scan =
-            ledger.events.iter().filter(|event| event.seq.0 >= scan_from && event.seq <= covers_to);
-        let carried = context::carry(carried, scan);
-        let Some(covered) = context::covered(&ledger.events, Seq(1), covers_to) else {
+        let scan_from = chain.as_ref().map_or(Seq(1), |chain| chain.covers_to.next());
+        let Some(segment) = context::covered(ledger.events(), scan_from, covers_to) else {
             return Ok((Compacted::Not, spent));
         };
-        let digest = context::digest_of(covered);
+        let carried = context::carry(carried, segment);
+        let digest = match &chain {
+            Some(chain) => context::chained_digest(&chain.digest, segment),
+            None => context::digest_of(segment),
+        };
+        let failures = turn_failures(ledger.events(), previous.as_ref(), segment, covers_to);
         let note = context::carried_note(&carried, Some(&summary), Seq(1), covers_to);
         let after = window.fixed_tokens
             + window.counter.count(&note)
@@ -281,6 +289,9 @@ impl Kernel {
                     covers_from: Seq(1),
                     covers_to,
                     digest,
+                    chain,
+                    responses_before: Some(ledger.responses()),
+                    failures,
                     summary,
                     carried,
                     tokens_before: before,
@@ -320,7 +331,7 @@ impl Kernel {
             .count(&serde_json::to_string(&self.registry.definitions()).unwrap_or_default());
         let mut verified = BTreeMap::new();
         let entries = context::retained_entries(
-            &ledger.events,
+            ledger.events(),
             config.context.inline_limit_bytes,
             &mut verified,
         );
@@ -349,7 +360,7 @@ impl Kernel {
         let (compacted, _) = self.compact(&mut ledger, call, &window, room, cancel).await?;
         self.drop_lease(&mut ledger).await;
         Ok(match compacted {
-            Compacted::Done => ledger.events.last().and_then(|event| match &event.kind {
+            Compacted::Done => ledger.events().last().and_then(|event| match &event.kind {
                 EventKind::Compaction { tokens_before, tokens_after, .. } => {
                     Some((*tokens_before, *tokens_after))
                 }
@@ -358,6 +369,47 @@ impl Kernel {
             Compacted::Not => None,
         })
     }
+}
+
+/// The repeated-failure counts of the turn open at `covers_to`, up to it: the previous
+/// compaction's (when it is of the same turn) plus the failures in `segment`, the events
+/// covered since.
+fn turn_failures(
+    events: &[keel_contracts::RuntimeEvent],
+    previous: Option<&keel_contracts::RuntimeEvent>,
+    segment: &[keel_contracts::RuntimeEvent],
+    covers_to: Seq,
+) -> Option<keel_contracts::TurnFailures> {
+    // Turn starts are facts: held in memory whatever was dropped.
+    let turn_id = events
+        .iter()
+        .rev()
+        .filter(|event| event.seq <= covers_to)
+        .find(|event| matches!(event.kind, EventKind::TurnStarted { .. }))?
+        .turn_id?;
+    let mut counts = BTreeMap::new();
+    if let Some(EventKind::Compaction { failures: Some(earlier), .. }) =
+        previous.map(|event| &event.kind)
+        && earlier.turn_id == turn_id
+    {
+        for count in &earlier.counts {
+            counts.insert((count.tool.clone(), count.arguments_sha256.clone()), count.failures);
+        }
+    }
+    for (key, failures) in crate::settlement::failures_in_turn(segment, turn_id) {
+        *counts.entry(key).or_insert(0) += failures;
+    }
+    Some(keel_contracts::TurnFailures {
+        turn_id,
+        counts: counts
+            .into_iter()
+            .map(|((tool, arguments_sha256), failures)| keel_contracts::FailureCount {
+                tool,
+                arguments_sha256,
+                failures,
+            })
+            .collect(),
+    })
 }
 
 /// The prefix as a summary request sees it: results larger than 2 KiB become previews, so
@@ -387,7 +439,15 @@ pub fn drop_oldest(
     let mut verified = BTreeMap::new();
     let entries =
         context::retained_entries(events, window.policy.inline_limit_bytes, &mut verified);
-    let carried_all = context::carry(CarriedContext::default(), events);
+    // What is carried starts from the active compaction's (which carries everything up to
+    // what it covers): the events it covers need not be held.
+    let (carried_so_far, carried_to) =
+        match context::active_compaction(events, &mut verified).map(|event| &event.kind) {
+            Some(EventKind::Compaction { carried, covers_to, .. }) => (carried.clone(), *covers_to),
+            _ => (CarriedContext::default(), Seq(0)),
+        };
+    let after_active = events.partition_point(|event| event.seq <= carried_to);
+    let carried_all = context::carry(carried_so_far.clone(), &events[after_active..]);
     let probe = context::carried_note(&carried_all, None, Seq(1), Seq(1));
     let note_tokens = window.counter.count(&probe) + 16;
     let budget = window.policy.budget().unwrap_or(u64::MAX);
@@ -398,8 +458,10 @@ pub fn drop_oldest(
         return context::fit(entries, window);
     }
     let covers_to = Seq(entries.get(cut).map_or(u64::MAX, |e| e.seq.0.saturating_sub(1)));
-    let carried =
-        context::carry(CarriedContext::default(), events.iter().filter(|e| e.seq <= covers_to));
+    let carried = context::carry(
+        carried_so_far,
+        events[after_active..].iter().filter(|e| e.seq <= covers_to),
+    );
     let note = context::carried_note(&carried, None, Seq(1), covers_to);
     let mut kept =
         vec![Entry { message: Message::User { text: note }, seq: covers_to, full_bytes: 0 }];

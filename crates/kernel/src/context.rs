@@ -77,35 +77,123 @@ pub(crate) fn scaled(tokens: u64, scale: f64) -> u64 {
     }
 }
 
-/// The index of the latest compaction whose digest still matches, and that event.
+/// The latest compaction whose digest still matches its covered events.
 /// `verified` caches digest checks by the compaction's seq, so each is hashed once.
+///
+/// A chained compaction ([`keel_contracts::DigestChain`]) is checked against the events
+/// covered since the compaction it extends, and that one in turn while its own covered
+/// events are in `events`; the first compaction whose covered events are not all in
+/// `events` is the chain's anchor, taken as it was checked when it was made (a ledger held
+/// from its retained window on, see `Ledger`). A compaction without a chain needs every
+/// event it covers.
 pub fn active_compaction<'e>(
     events: &'e [RuntimeEvent],
     verified: &mut BTreeMap<Seq, bool>,
 ) -> Option<&'e RuntimeEvent> {
-    events.iter().rev().filter(|event| matches!(event.kind, EventKind::Compaction { .. })).find(
-        |event| {
-            let EventKind::Compaction { covers_from, covers_to, digest, .. } = &event.kind else {
-                return false;
-            };
-            *verified.entry(event.seq).or_insert_with(|| {
-                covered(events, *covers_from, *covers_to)
-                    .is_some_and(|slice| digest_of(slice) == *digest)
-            })
-        },
-    )
+    events
+        .iter()
+        .rev()
+        .filter(|event| matches!(event.kind, EventKind::Compaction { .. }))
+        .find(|event| compaction_verifies(events, event, verified))
 }
 
-/// The events with seq in `from..=to`, if they are all present.
+/// Whether `compaction` (and the chain under it, as far as `events` reach) still matches.
+fn compaction_verifies(
+    events: &[RuntimeEvent],
+    compaction: &RuntimeEvent,
+    verified: &mut BTreeMap<Seq, bool>,
+) -> bool {
+    if let Some(known) = verified.get(&compaction.seq) {
+        return *known;
+    }
+    let result = check_compaction(events, compaction, verified);
+    verified.insert(compaction.seq, result);
+    result
+}
+
+fn check_compaction(
+    events: &[RuntimeEvent],
+    compaction: &RuntimeEvent,
+    verified: &mut BTreeMap<Seq, bool>,
+) -> bool {
+    let EventKind::Compaction { covers_from, covers_to, digest, chain, .. } = &compaction.kind
+    else {
+        return false;
+    };
+    let Some(chain) = chain else {
+        return covered(events, *covers_from, *covers_to)
+            .is_some_and(|slice| digest_of(slice) == *digest);
+    };
+    let Some(segment) = covered(events, chain.covers_to.next(), *covers_to) else {
+        return false;
+    };
+    if chained_digest(&chain.digest, segment) != *digest {
+        return false;
+    }
+    let Some(previous) = event_at(events, chain.compaction) else {
+        // The anchor: not in memory, checked when this compaction was made from it.
+        return true;
+    };
+    let EventKind::Compaction {
+        covers_from: previous_from,
+        covers_to: previous_to,
+        digest: previous_digest,
+        chain: previous_chain,
+        ..
+    } = &previous.kind
+    else {
+        return false;
+    };
+    if *previous_to != chain.covers_to || *previous_digest != chain.digest {
+        return false;
+    }
+    let previous_start =
+        previous_chain.as_ref().map_or(*previous_from, |link| link.covers_to.next());
+    if covered(events, previous_start, *previous_to).is_none() {
+        // Its covered events are no longer held: it is the anchor.
+        return true;
+    }
+    compaction_verifies(events, previous, verified)
+}
+
+/// The event at `seq` (events are in seq order).
+fn event_at(events: &[RuntimeEvent], seq: Seq) -> Option<&RuntimeEvent> {
+    let index = events.partition_point(|event| event.seq < seq);
+    events.get(index).filter(|event| event.seq == seq)
+}
+
+/// The events with seq in `from..=to`, if every one of them is present (an empty slice
+/// when `from` is `to + 1`).
 pub fn covered(events: &[RuntimeEvent], from: Seq, to: Seq) -> Option<&[RuntimeEvent]> {
-    let start = events.iter().position(|event| event.seq == from)?;
-    let end = events.iter().position(|event| event.seq == to)?;
-    (start <= end).then(|| &events[start..=end])
+    let start = events.partition_point(|event| event.seq < from);
+    let end = events.partition_point(|event| event.seq <= to);
+    if to.0.checked_add(1) == Some(from.0) {
+        return Some(&events[start..start]);
+    }
+    let slice = events.get(start..end)?;
+    let complete = from <= to
+        && slice.first().is_some_and(|first| first.seq == from)
+        && u64::try_from(slice.len()).ok()
+            == to.0.checked_sub(from.0).and_then(|n| n.checked_add(1));
+    complete.then_some(slice)
 }
 
 /// SHA-256 over the events' JSON, one per line.
 pub fn digest_of(events: &[RuntimeEvent]) -> String {
     let mut text = String::new();
+    for event in events {
+        text.push_str(&serde_json::to_string(event).unwrap_or_default());
+        text.push('\n');
+    }
+    sha256_hex(text.as_bytes())
+}
+
+/// The chained digest of [`keel_contracts::DigestChain`]: SHA-256 over `previous`, a
+/// newline, then the events' JSON, one per line.
+pub fn chained_digest(previous: &str, events: &[RuntimeEvent]) -> String {
+    let mut text = String::with_capacity(previous.len() + 1);
+    text.push_str(previous);
+    text.push('\n');
     for event in events {
         text.push_str(&serde_json::to_string(event).unwrap_or_default());
         text.push('\n');

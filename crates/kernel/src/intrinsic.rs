@@ -134,6 +134,14 @@ impl Tool for ReadToolResult {
     }
 }
 
+/// Whether `events` hold the recorded result of `handle` that [`read_tool_result`] pages.
+pub(crate) fn holds_result(events: &[keel_contracts::RuntimeEvent], handle: &str) -> bool {
+    events.iter().rev().any(|event| {
+        matches!(&event.kind, keel_contracts::EventKind::ToolResult { call_id, tool, .. }
+            if call_id.as_str() == handle && tool != READ_TOOL_RESULT)
+    })
+}
+
 /// Pages the recorded result of `handle` (a call id) out of `events`.
 pub(crate) fn read_tool_result(
     events: &[keel_contracts::RuntimeEvent],

@@ -241,7 +241,7 @@ impl Kernel {
         let mut ledger = self.load(session_id).await?;
         self.take_lease(&mut ledger).await?;
         recovery::close_dangling_run(&mut ledger, self.outbox.as_ref()).await?;
-        let Some((turn_id, last_run)) = recovery::resumable_turn(&ledger.events) else {
+        let Some((turn_id, last_run)) = recovery::resumable_turn(ledger.events()) else {
             self.drop_lease(&mut ledger).await;
             return Err(KernelError::NothingToResume(session_id));
         };
@@ -260,7 +260,14 @@ impl Kernel {
             self.deps.observer.clone(),
         )
         .await?;
-        let Some(first) = ledger.events.first() else {
+        let Some(first) = ledger.first() else {
+            if ledger.last_seq() > keel_contracts::Seq(0) {
+                // Loaded from a compaction on: seq 1 was not among the session's facts.
+                return Err(KernelError::MalformedSession {
+                    session_id,
+                    reason: "first event is not session_created".into(),
+                });
+            }
             return Err(KernelError::SessionNotFound(session_id));
         };
         if !matches!(first.kind, EventKind::SessionCreated { .. }) {
@@ -269,7 +276,9 @@ impl Kernel {
                 reason: format!("first event is {}, not session_created", first.kind.name()),
             });
         }
-        if ledger.events.iter().any(|event| matches!(event.kind, EventKind::SessionSealed { .. })) {
+        // Sealing is a fact: held in memory whatever was dropped.
+        if ledger.events().iter().any(|event| matches!(event.kind, EventKind::SessionSealed { .. }))
+        {
             return Err(KernelError::Sealed(session_id));
         }
         Ok(ledger)
@@ -299,8 +308,8 @@ impl Kernel {
         // An unknown window gets a default, so pruning and compaction bound every request
         // and a step costs the same at step 100 and 10 000 (issue #13).
         let config = &RunConfig { context: config.context.or_default_window(), ..config.clone() };
-        let (workspace, envelope, mode) = match &ledger.events[0].kind {
-            EventKind::SessionCreated { workspace, envelope, mode, .. } => {
+        let (workspace, envelope, mode) = match ledger.first().map(|event| &event.kind) {
+            Some(EventKind::SessionCreated { workspace, envelope, mode, .. }) => {
                 (workspace.clone(), envelope.clone(), *mode)
             }
             _ => unreachable!("load() checked that seq 1 is session_created"),
@@ -354,7 +363,7 @@ impl Kernel {
 
         let mut usage = UsageTotals::default();
         let (boundary_revision, boundary_so_far) = ledger
-            .events
+            .events()
             .iter()
             .rev()
             .find_map(|event| match &event.kind {
@@ -383,10 +392,10 @@ impl Kernel {
                 revision: boundary_revision,
             },
         );
-        calls.seed_failures(&ledger.events, turn_id);
+        calls.seed_failures(ledger.failures_in_turn(turn_id).await?);
         // Calls a dead run left waiting for consent are asked again, in order, before the
         // model sees anything (DESIGN.md §6: a pending permission request survives a crash).
-        let (awaiting_turn, _, awaiting) = recovery::awaiting_calls(&ledger.events);
+        let (awaiting_turn, _, awaiting) = recovery::awaiting_calls(ledger.events());
         let mut denied_before_start = None;
         if awaiting_turn == Some(turn_id) {
             for call in &awaiting {
@@ -418,8 +427,10 @@ impl Kernel {
         let mut token_scale: f64 = 1.0;
         // Every call id of the session, so each new call gets a unique one: results are
         // paired and paged (`read_tool_result`) by id.
+        // (Those held in memory: ids covered by a compaction before them are in the store
+        // only; a result is paged by the latest call with its id.)
         let mut seen_call_ids: std::collections::BTreeSet<keel_contracts::ToolCallId> = ledger
-            .events
+            .events()
             .iter()
             .filter_map(|event| match &event.kind {
                 EventKind::ModelResponse {
@@ -486,7 +497,7 @@ impl Kernel {
                 fixed_tokens,
                 scale: token_scale,
             };
-            let mut fitted = projected.fit(&ledger.events, &window);
+            let mut fitted = projected.fit(ledger.events(), &window);
             // The drop-oldest fallback's request, built from scratch (it is not recorded,
             // so the next step tries compaction again).
             let mut dropped = None;
@@ -511,10 +522,10 @@ impl Kernel {
                 spent.tokens += summary_spend.tokens();
                 spent.cost_usd += summary_spend.cost_usd.unwrap_or(0.0);
                 if matches!(compacted, Compacted::Done) {
-                    fitted = projected.fit(&ledger.events, &window);
+                    fitted = projected.fit(ledger.events(), &window);
                 }
                 if fitted.over_budget {
-                    let fallback = compaction::drop_oldest(&ledger.events, &window);
+                    let fallback = compaction::drop_oldest(ledger.events(), &window);
                     fitted = context::FitSummary::from(&fallback);
                     dropped = Some(fallback);
                 }
@@ -734,7 +745,20 @@ impl Kernel {
         };
 
         if let TurnOutcome::Suspended { reason, report } = &outcome {
-            let evidence = crate::checkpoint::checkpoint_evidence(&ledger.events, run_id);
+            // The run may have begun before the events held in memory.
+            let run_start = ledger
+                .events()
+                .iter()
+                .rev()
+                .find(|event| {
+                    event.run_id == Some(run_id)
+                        && matches!(event.kind, EventKind::RunStarted { .. })
+                })
+                .map_or(keel_contracts::Seq(1), |event| event.seq);
+            let evidence = crate::checkpoint::checkpoint_evidence(
+                &ledger.history_from(run_start).await?,
+                run_id,
+            );
             ledger
                 .append(
                     turn,

@@ -146,11 +146,11 @@ impl Kernel {
             if self.take_lease(&mut ledger).await.is_err() {
                 continue;
             }
-            let before = ledger.events.len();
+            let before = ledger.last_seq();
             let closed =
                 crate::recovery::close_dangling_run(&mut ledger, self.outbox.as_ref()).await;
             self.drop_lease(&mut ledger).await;
-            if closed.is_ok() && ledger.events.len() > before {
+            if closed.is_ok() && ledger.last_seq() > before {
                 repaired.push(session.id);
             }
         }

@@ -9,23 +9,68 @@
 //! where durability is needed: before an effect (`tool_attempt_prepared`), before anything
 //! leaves the process (a model request, a permission prompt, a child, an outbox flush) and
 //! with the terminal event; everything else is staged and rides along.
+//!
+//! Memory is bounded by the retained window, not the history (issue #13). The ledger holds
+//! every event after its *base* and, at or below the base, only the session's facts
+//! ([`FACT_KINDS`]: `session_created`, turn and run starts and ends, permission answers,
+//! boundary revisions, sealing), which are few and small. The base is the seq the active
+//! compaction's digest chain starts after ([`keel_contracts::DigestChain::covers_to`]), so
+//! the active compaction can still be checked against the events it covers since the one
+//! it extends, and the projection (which starts after the active compaction) is whole.
+//! When a chained compaction lands, the covered prefix below its chain is dropped from
+//! memory; the store keeps everything, and what needs covered history reads it from there
+//! ([`Ledger::history_from`]).
+//!
+//! [`Ledger::load`] reads the same shape from the store: the latest compaction (an indexed
+//! query), the facts at or below its base, and the events after it, so resuming a session
+//! of 100 000 events reads a bounded suffix. When that compaction does not check out
+//! against what was read, the whole ledger is read instead.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use keel_contracts::{Clock, EventKind, RunId, RuntimeEvent, Seq, SessionId, Store, TurnId};
 
 use crate::{KernelError, Observer};
 
-/// A session's events plus the means to append more.
+/// Kinds of events kept in memory below the base: the session's facts, which the loop
+/// reads from the whole session (grants, the boundary, the turn and run being resumed).
+pub(crate) const FACT_KINDS: &[&str] = &[
+    "session_created",
+    "session_sealed",
+    "turn_started",
+    "run_started",
+    "run_completed",
+    "run_failed",
+    "run_suspended",
+    "run_cancelled",
+    "run_denied",
+    "permission_settled",
+    "boundary_revised",
+];
+
+/// Whether `kind` is one of [`FACT_KINDS`].
+fn is_fact(kind: &EventKind) -> bool {
+    FACT_KINDS.contains(&kind.name())
+}
+
+/// A session's events (the retained suffix and the session's facts) plus the means to
+/// append more.
 ///
 /// `events` is in seq order: `events[..durable]` is exactly what the store acknowledged,
 /// `events[durable..]` is staged (seqs assigned, not yet written). A failed commit drops
-/// the staged events again, so `events` never holds what the store refused.
+/// the staged events again, so `events` never holds what the store refused. Every event
+/// with seq above `base` is in it.
 pub(crate) struct Ledger {
     pub(crate) session_id: SessionId,
-    pub(crate) events: Vec<RuntimeEvent>,
+    events: Vec<RuntimeEvent>,
     /// How many of `events` are durable (the rest are staged).
     durable: usize,
+    /// Events at or below this seq are held only if they are facts ([`FACT_KINDS`]).
+    base: Seq,
+    /// The session's last seq (held or not).
+    last_seq: Seq,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     observer: Arc<dyn Observer>,
@@ -36,17 +81,69 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    /// Loads a session's whole ledger.
+    /// Loads a session: from its latest compaction on when that compaction checks out
+    /// (see the module docs), else the whole ledger. An unknown session loads empty.
     pub(crate) async fn load(
         session_id: SessionId,
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
         observer: Arc<dyn Observer>,
     ) -> Result<Ledger, KernelError> {
-        let events = store.read(session_id, Seq(0)).await?;
-        let responses = crate::projection::responses_in_session(&events);
-        let durable = events.len();
-        Ok(Ledger { session_id, events, durable, store, clock, observer, responses, lease: None })
+        let mut ledger = Ledger {
+            session_id,
+            events: Vec::new(),
+            durable: 0,
+            base: Seq(0),
+            last_seq: Seq(0),
+            store,
+            clock,
+            observer,
+            responses: 0,
+            lease: None,
+        };
+        if !ledger.load_tail().await? {
+            let events = ledger.store.read(session_id, Seq(0)).await?;
+            ledger.responses = crate::projection::responses_in_session(&events);
+            ledger.last_seq = events.last().map_or(Seq(0), |event| event.seq);
+            ledger.events = events;
+            ledger.base = Seq(0);
+        }
+        ledger.durable = ledger.events.len();
+        Ok(ledger)
+    }
+
+    /// Reads the facts up to the latest compaction's base and every event after it;
+    /// `false` (nothing kept) when there is no chained compaction or it does not check out.
+    async fn load_tail(&mut self) -> Result<bool, KernelError> {
+        let Some(latest) = self.store.last_of_kind(self.session_id, "compaction").await? else {
+            return Ok(false);
+        };
+        let EventKind::Compaction { chain: Some(chain), responses_before: Some(before), .. } =
+            &latest.kind
+        else {
+            return Ok(false);
+        };
+        let base = chain.covers_to;
+        let mut events = self.store.read_kinds(self.session_id, FACT_KINDS, base).await?;
+        if events.iter().any(|event| event.seq > base) {
+            return Ok(false);
+        }
+        let tail = self.store.read(self.session_id, base).await?;
+        if tail.first().is_some_and(|first| first.seq != base.next()) {
+            return Ok(false);
+        }
+        events.extend(tail);
+        let mut verified = BTreeMap::new();
+        let active = crate::context::active_compaction(&events, &mut verified);
+        if active.map(|event| event.seq) != Some(latest.seq) {
+            return Ok(false);
+        }
+        let after = events.partition_point(|event| event.seq <= latest.seq);
+        self.responses = before + crate::projection::responses_in_session(&events[after..]);
+        self.last_seq = events.last().map_or(Seq(0), |event| event.seq);
+        self.events = events;
+        self.base = base;
+        Ok(true)
     }
 
     /// An empty ledger for a session about to be created.
@@ -60,6 +157,8 @@ impl Ledger {
             session_id,
             events: Vec::new(),
             durable: 0,
+            base: Seq(0),
+            last_seq: Seq(0),
             store,
             clock,
             observer,
@@ -68,13 +167,98 @@ impl Ledger {
         }
     }
 
+    /// The events held in memory, in seq order: every event after [`Ledger::base`], and
+    /// at or below it only the session's facts ([`FACT_KINDS`]).
+    pub(crate) fn events(&self) -> &[RuntimeEvent] {
+        &self.events
+    }
+
+    /// The first event (`session_created` in a well-formed session).
+    pub(crate) fn first(&self) -> Option<&RuntimeEvent> {
+        self.events.first().filter(|event| event.seq == Seq(1))
+    }
+
     /// Model responses recorded in the session.
     pub(crate) fn responses(&self) -> u64 {
         self.responses
     }
 
-    fn last_seq(&self) -> Seq {
-        self.events.last().map_or(Seq(0), |event| event.seq)
+    /// The session's last seq.
+    pub(crate) fn last_seq(&self) -> Seq {
+        self.last_seq
+    }
+
+    /// Every event from `from` on: borrowed when memory holds them all, otherwise read from
+    /// the store (covered history: rare paths such as recovery of a run that began before
+    /// the retained window, or paging an old result).
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError`] when the store cannot be read.
+    pub(crate) async fn history_from(
+        &self,
+        from: Seq,
+    ) -> Result<Cow<'_, [RuntimeEvent]>, KernelError> {
+        if from > self.base {
+            let start = self.events.partition_point(|event| event.seq < from);
+            return Ok(Cow::Borrowed(&self.events[start..]));
+        }
+        let after = Seq(from.0.saturating_sub(1));
+        let mut history = self.store.read(self.session_id, after).await?;
+        // The store has only what is durable; what is staged follows it.
+        let read_to = history.last().map_or(after, |event| event.seq);
+        history.extend(self.events[self.durable..].iter().filter(|e| e.seq > read_to).cloned());
+        Ok(Cow::Owned(history))
+    }
+
+    /// The repeated-failure counts `turn_id` already has (see
+    /// [`crate::settlement::failures_in_turn`]): from the held events when the turn began
+    /// after the base, else from the counts the compaction at the base recorded plus the
+    /// events after it, else (a ledger compacted before compactions recorded them) from the
+    /// turn's events read from the store.
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError`] when the store cannot be read.
+    pub(crate) async fn failures_in_turn(
+        &self,
+        turn_id: TurnId,
+    ) -> Result<BTreeMap<(String, String), u32>, KernelError> {
+        let turn_start = self
+            .events
+            .iter()
+            .rev()
+            .find(|event| {
+                event.turn_id == Some(turn_id)
+                    && matches!(event.kind, EventKind::TurnStarted { .. })
+            })
+            .map_or(Seq(1), |event| event.seq);
+        let after_base = self.events.partition_point(|event| event.seq <= self.base);
+        if turn_start > self.base {
+            return Ok(crate::settlement::failures_in_turn(&self.events[after_base..], turn_id));
+        }
+        let at_base = self.events[after_base..].iter().find_map(|event| match &event.kind {
+            EventKind::Compaction { covers_to, failures: Some(failures), .. }
+                if *covers_to == self.base && failures.turn_id == turn_id =>
+            {
+                Some(failures)
+            }
+            _ => None,
+        });
+        if let Some(at_base) = at_base {
+            let mut counts: BTreeMap<(String, String), u32> = at_base
+                .counts
+                .iter()
+                .map(|count| ((count.tool.clone(), count.arguments_sha256.clone()), count.failures))
+                .collect();
+            let since = crate::settlement::failures_in_turn(&self.events[after_base..], turn_id);
+            for (key, failures) in since {
+                *counts.entry(key).or_insert(0) += failures;
+            }
+            return Ok(counts);
+        }
+        let history = self.history_from(turn_start).await?;
+        Ok(crate::settlement::failures_in_turn(&history, turn_id))
     }
 
     /// Stages one event: gives it the next seq and the clock's time and keeps it in
@@ -87,7 +271,7 @@ impl Ledger {
         kind: EventKind,
     ) -> &RuntimeEvent {
         let event = RuntimeEvent {
-            seq: self.last_seq().next(),
+            seq: self.last_seq.next(),
             session_id: self.session_id,
             turn_id,
             run_id,
@@ -97,6 +281,7 @@ impl Ledger {
         if event.kind.is_conversation_response() {
             self.responses += 1;
         }
+        self.last_seq = event.seq;
         self.events.push(event);
         self.events.last().unwrap_or_else(|| unreachable!("an event was just pushed"))
     }
@@ -107,7 +292,8 @@ impl Ledger {
     }
 
     /// Makes every staged event durable in one store append (one transaction), then
-    /// reports them to the observer in seq order. A no-op when nothing is staged.
+    /// reports them to the observer in seq order, and drops from memory what a chained
+    /// compaction among them covers. A no-op when nothing is staged.
     ///
     /// # Errors
     ///
@@ -135,10 +321,20 @@ impl Ledger {
                 dropped.iter().filter(|event| event.kind.is_conversation_response()).count();
             self.responses =
                 self.responses.saturating_sub(u64::try_from(responses).unwrap_or(u64::MAX));
+            if let Some(first) = dropped.first() {
+                self.last_seq = Seq(first.seq.0.saturating_sub(1));
+            }
             return Err(error.into());
         }
+        let mut new_base = None;
         for event in &self.events[self.durable..] {
             self.observer.on_event(event);
+            if let EventKind::Compaction { chain: Some(chain), .. } = &event.kind {
+                new_base = Some(chain.covers_to);
+            }
+        }
+        if let Some(new_base) = new_base {
+            self.advance_base(new_base);
         }
         self.durable = self.events.len();
         Ok(())
@@ -158,5 +354,97 @@ impl Ledger {
         self.stage(turn_id, run_id, kind);
         self.commit().await?;
         Ok(self.events.last().unwrap_or_else(|| unreachable!("an event was just committed")))
+    }
+
+    /// Drops the events at or below `new_base` that are not facts: a chained compaction
+    /// landed (durably; called only when every held event is durable), so the projection
+    /// and the check of that compaction need nothing below it.
+    fn advance_base(&mut self, new_base: Seq) {
+        if new_base <= self.base {
+            return;
+        }
+        self.events.retain(|event| event.seq > new_base || is_fact(&event.kind));
+        self.events.shrink_to(self.events.len() * 2);
+        self.base = new_base;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_contracts::{CarriedContext, DigestChain, RequestPurpose};
+    use keel_testkit::{FakeClock, MemStore};
+
+    fn requested(step: u32) -> EventKind {
+        EventKind::ModelRequested {
+            step,
+            messages: 1,
+            request_sha256: format!("r{step}"),
+            tokens: None,
+            tokens_before_pruning: None,
+            pruned_results: 0,
+            purpose: RequestPurpose::Conversation,
+        }
+    }
+
+    fn compaction(chain: Option<DigestChain>, covers_to: u64) -> EventKind {
+        EventKind::Compaction {
+            covers_from: Seq(1),
+            covers_to: Seq(covers_to),
+            digest: "d".into(),
+            chain,
+            responses_before: Some(0),
+            failures: None,
+            summary: "s".into(),
+            carried: CarriedContext::default(),
+            tokens_before: 0,
+            tokens_after: 0,
+        }
+    }
+
+    /// A chained compaction drops what its chain covers from memory, keeping the facts;
+    /// covered history is still read from the store.
+    #[tokio::test]
+    async fn a_chained_compaction_drops_the_covered_prefix_but_keeps_the_facts() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let session_id = SessionId(uuid::Uuid::from_u128(7));
+        let mut ledger = Ledger::new_session(
+            session_id,
+            store.clone(),
+            Arc::new(FakeClock::new()),
+            Arc::new(crate::NoopObserver),
+        );
+        let created = serde_json::json!({
+            "kind": "session_created", "workspace": "/w", "model": "m",
+            "envelope": keel_contracts::Envelope::executor(), "mode": "live",
+        });
+        ledger.append(None, None, serde_json::from_value(created).unwrap()).await.unwrap();
+        ledger.append(None, None, EventKind::TurnStarted { input: "task".into() }).await.unwrap();
+        for step in 0..4 {
+            ledger.append(None, None, requested(step)).await.unwrap();
+        }
+        // #7: the first compaction (no chain) keeps everything in memory.
+        ledger.append(None, None, compaction(None, 4)).await.unwrap();
+        assert_eq!(ledger.events().len(), 7);
+        for step in 4..8 {
+            ledger.append(None, None, requested(step)).await.unwrap();
+        }
+        // #12, chained on #7 (which covers up to #4): #3 and #4 leave memory.
+        let chain = DigestChain { compaction: Seq(7), covers_to: Seq(4), digest: "d".into() };
+        ledger.append(None, None, compaction(Some(chain), 9)).await.unwrap();
+        let held: Vec<u64> = ledger.events().iter().map(|event| event.seq.0).collect();
+        assert_eq!(held, [1, 2, 5, 6, 7, 8, 9, 10, 11, 12]);
+        assert_eq!(ledger.last_seq(), Seq(12));
+        assert_eq!(ledger.first().map(|event| event.kind.name()), Some("session_created"));
+        let from_store = ledger.history_from(Seq(3)).await.unwrap();
+        assert!(matches!(from_store, Cow::Owned(_)));
+        assert_eq!(from_store.first().map(|event| event.seq), Some(Seq(3)));
+        assert_eq!(from_store.len(), 10);
+        let held_tail = ledger.history_from(Seq(6)).await.unwrap();
+        assert!(matches!(held_tail, Cow::Borrowed(_)));
+        assert_eq!(held_tail.len(), 7);
+        // The next event still gets the next seq.
+        let next = ledger.append(None, None, requested(9)).await.unwrap().seq;
+        assert_eq!(next, Seq(13));
     }
 }

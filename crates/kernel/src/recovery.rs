@@ -32,22 +32,29 @@ pub(crate) async fn close_dangling_run(
     ledger: &mut Ledger,
     outbox: &dyn crate::Outbox,
 ) -> Result<()> {
-    let Some(start) =
-        ledger.events.iter().rposition(|event| matches!(event.kind, EventKind::RunStarted { .. }))
+    // Run starts and ends are facts, held in memory whatever was dropped.
+    let Some(start) = ledger
+        .events()
+        .iter()
+        .rposition(|event| matches!(event.kind, EventKind::RunStarted { .. }))
     else {
         return Ok(());
     };
-    let run_id = ledger.events[start].run_id;
-    let turn_id = ledger.events[start].turn_id;
-    let run_events = &ledger.events[start..];
-    if run_events.iter().any(|event| event.kind.is_run_terminal()) {
+    let start_event = &ledger.events()[start];
+    let (run_id, turn_id, start_seq) = (start_event.run_id, start_event.turn_id, start_event.seq);
+    if ledger.events()[start..].iter().any(|event| event.kind.is_run_terminal()) {
         return Ok(());
     }
+    // A run that began before the events held in memory is closed from the whole ledger,
+    // read from the store (recovery of a long run; never on a normal step).
+    let history = ledger.history_from(keel_contracts::Seq(1)).await?;
+    let start = history.partition_point(|event| event.seq < start_seq);
+    let run_events = &history[start..];
     let mut usage = UsageTotals::default();
     // Calls an earlier run left open (waiting for consent) that this run was settling are
     // this run's to close too: without them, a second crash would leave a prepared call
     // unanswered and the next resume would attempt it again.
-    let mut open: Vec<_> = awaiting_calls(&ledger.events[..start])
+    let mut open: Vec<_> = awaiting_calls(&history[..start])
         .2
         .into_iter()
         .map(|call| (call.call_id, call.name, None))
@@ -87,6 +94,7 @@ pub(crate) async fn close_dangling_run(
             _ => {}
         }
     }
+    drop(history);
     // A call that waited for consent is asked again by the next run of the turn: it and
     // the undispatched calls after it stay open.
     let awaiting = open.iter().any(|(id, _, attempt)| attempt.is_none() && asked.contains(id));
@@ -159,7 +167,7 @@ pub(crate) fn awaiting_calls(
 /// Answers the calls left waiting for consent with `cancelled` ([`NEW_TURN_TEXT`]): a new
 /// turn is starting, so they will not be asked again.
 pub(crate) async fn cancel_awaiting(ledger: &mut Ledger) -> Result<()> {
-    let (turn_id, run_id, open) = awaiting_calls(&ledger.events);
+    let (turn_id, run_id, open) = awaiting_calls(ledger.events());
     for call in open {
         ledger
             .append(

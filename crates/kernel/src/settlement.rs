@@ -96,12 +96,8 @@ pub(crate) struct CallState<'a> {
 
 impl CallState<'_> {
     /// Starts the repeated-failure guard from what the turn's earlier runs recorded.
-    pub(crate) fn seed_failures(
-        &mut self,
-        events: &[keel_contracts::RuntimeEvent],
-        turn_id: TurnId,
-    ) {
-        self.failures = failures_in_turn(events, turn_id);
+    pub(crate) fn seed_failures(&mut self, failures: BTreeMap<(String, String), u32>) {
+        self.failures = failures;
     }
 }
 
@@ -593,7 +589,16 @@ impl<'a> CallState<'a> {
             return call.output(ledger, Some(attempt_id), output).await;
         }
         if spec.intrinsic && name == READ_TOOL_RESULT {
-            let output = read_tool_result(&ledger.events, &tool_call.arguments);
+            // Results covered by a compaction before the events held in memory are paged
+            // from the store.
+            let handle = tool_call.arguments.get("handle").and_then(|h| h.as_str());
+            let output =
+                if handle.is_some_and(|h| crate::intrinsic::holds_result(ledger.events(), h)) {
+                    read_tool_result(ledger.events(), &tool_call.arguments)
+                } else {
+                    let history = ledger.history_from(keel_contracts::Seq(1)).await?;
+                    read_tool_result(&history, &tool_call.arguments)
+                };
             return call.output(ledger, Some(attempt_id), output).await;
         }
         if spec.intrinsic && is_agent_tool(name) {
@@ -723,7 +728,8 @@ fn exact_grant(
     arguments_sha256: &str,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Option<(u64, chrono::DateTime<chrono::Utc>)> {
-    ledger.events.iter().rev().find_map(|event| match &event.kind {
+    // Permission answers are facts: held in memory whatever was dropped.
+    ledger.events().iter().rev().find_map(|event| match &event.kind {
         EventKind::PermissionSettled {
             tool: granted,
             answer: PermissionAnswer::AllowExact,
@@ -756,7 +762,7 @@ struct BoundaryPath {
 
 /// The seq of an "allow for this session" answer for `tool` in this session, if any.
 fn session_grant(ledger: &Ledger, tool: &str) -> Option<u64> {
-    ledger.events.iter().find_map(|event| match &event.kind {
+    ledger.events().iter().find_map(|event| match &event.kind {
         EventKind::PermissionSettled {
             tool: granted,
             answer: PermissionAnswer::AllowSession,

@@ -130,9 +130,8 @@ fn shared_client(
         // roots, a redirect to https fails verification: closed, never unverified.
         builder = builder.tls_certs_only(std::iter::empty());
     }
-    let client = builder
-        .build()
-        .map_err(|error| BuildError::HttpClient { message: error.to_string() })?;
+    let client =
+        builder.build().map_err(|error| BuildError::HttpClient { message: error.to_string() })?;
     if clients.len() >= 16 {
         clients.remove(0);
     }

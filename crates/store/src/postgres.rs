@@ -279,6 +279,62 @@ impl Store for PgStore {
         Ok(events)
     }
 
+    /// Through the index on `(session_id, kind, seq)`: only the selected records are read.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgStore::read`], for the selected records.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn read_kinds(
+        &self,
+        session_id: SessionId,
+        kinds: &[&str],
+        up_to: Seq,
+    ) -> Result<Vec<RuntimeEvent>, ReadError> {
+        let client = self.pool.get().await.map_err(read_backend)?;
+        let select = client
+            .prepare_cached(
+                "SELECT seq, body FROM keel.events
+                 WHERE session_id = $1 AND seq <= $2 AND kind = ANY($3) ORDER BY seq",
+            )
+            .await
+            .map_err(read_backend)?;
+        let up_to = i64::try_from(up_to.0).unwrap_or(i64::MAX);
+        let kinds: Vec<&str> = kinds.to_vec();
+        let rows =
+            client.query(&select, &[&session_id.0, &up_to, &kinds]).await.map_err(read_backend)?;
+        rows.iter().map(|row| decode_event(session_id, row)).collect()
+    }
+
+    /// Through the index on `(session_id, kind, seq)`: one record is read.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgStore::read`], for that record.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn last_of_kind(
+        &self,
+        session_id: SessionId,
+        kind: &str,
+    ) -> Result<Option<RuntimeEvent>, ReadError> {
+        let client = self.pool.get().await.map_err(read_backend)?;
+        let select = client
+            .prepare_cached(
+                "SELECT seq, body FROM keel.events
+                 WHERE session_id = $1 AND kind = $2 ORDER BY seq DESC LIMIT 1",
+            )
+            .await
+            .map_err(read_backend)?;
+        let row = client.query_opt(&select, &[&session_id.0, &kind]).await.map_err(read_backend)?;
+        row.map(|row| decode_event(session_id, &row)).transpose()
+    }
+
     /// Every session, newest `created_at` first (ties: larger id first).
     ///
     /// # Errors
@@ -386,8 +442,18 @@ impl Store for PgStore {
     }
 }
 
+/// Decodes a `seq, body` row of `session_id`'s events.
+fn decode_event(session_id: SessionId, row: &Row) -> Result<RuntimeEvent, ReadError> {
+    let raw_seq: i64 = row.try_get(0).map_err(read_backend)?;
+    let seq = Seq(u64::try_from(raw_seq).map_err(|_| ReadError::Backend {
+        message: format!("negative seq {raw_seq} in session {session_id}"),
+    })?);
+    let body: &str = row.try_get(1).map_err(read_backend)?;
+    record::decode(session_id, seq, body.as_bytes())
+}
+
 const SUMMARY_COLUMNS: &str =
-    "id, created_at, updated_at, workspace, model, title, last_seq, status, parent";
+    "id, created_at, updated_at, workspace, model, title, last_seq, status, parent, usage";
 
 /// The append transaction: lock the session, check the stored tail, insert what is new,
 /// update the listing.
@@ -511,12 +577,13 @@ async fn store_summary(tx: &Transaction<'_>, summary: &SessionSummary) -> Result
     let upsert = tx
         .prepare_cached(&format!(
             "INSERT INTO keel.sessions ({SUMMARY_COLUMNS})
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
              ON CONFLICT (id) DO UPDATE SET
                  created_at = excluded.created_at, updated_at = excluded.updated_at,
                  workspace = excluded.workspace, model = excluded.model,
                  title = excluded.title, last_seq = excluded.last_seq,
-                 status = excluded.status, parent = excluded.parent"
+                 status = excluded.status, parent = excluded.parent,
+                 usage = excluded.usage"
         ))
         .await
         .map_err(append_backend)?;
@@ -535,6 +602,7 @@ async fn store_summary(tx: &Transaction<'_>, summary: &SessionSummary) -> Result
             &last_seq,
             &summary.status.as_str(),
             &summary.parent.map(|parent| parent.0),
+            &record::usage_column(&summary.usage),
         ],
     )
     .await
@@ -567,6 +635,12 @@ fn decode_summary(row: &Row) -> Result<SessionSummary, String> {
         last_seq: Seq(u64::try_from(last_seq).map_err(|_| context("last_seq"))?),
         status: summary::parse_status(&text(7, "status")?).ok_or_else(|| context("status"))?,
         parent: parent.map(SessionId),
+        usage: row
+            .try_get::<_, Option<String>>(9)
+            .map_err(|error| describe(&error))?
+            .as_deref()
+            .and_then(record::parse_usage)
+            .ok_or_else(|| context("usage"))?,
     })
 }
 

@@ -105,6 +105,17 @@ pub(crate) fn parse_session_id(text: &str) -> Result<SessionId, String> {
         .map_err(|error| format!("bad session id {text:?}: {error}"))
 }
 
+/// A session's usage totals as stored in the listing: their JSON.
+pub(crate) fn usage_column(usage: &keel_contracts::UsageTotals) -> String {
+    // Serializing plain numbers cannot fail; an empty string would read back as bad.
+    serde_json::to_string(usage).unwrap_or_default()
+}
+
+/// Stored usage totals back; `None` when the column does not decode.
+pub(crate) fn parse_usage(text: &str) -> Option<keel_contracts::UsageTotals> {
+    serde_json::from_str(text).ok()
+}
+
 /// A lease expiry as stored: milliseconds since the Unix epoch.
 pub(crate) fn lease_millis(at: DateTime<Utc>) -> i64 {
     at.timestamp_millis()

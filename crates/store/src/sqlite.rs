@@ -342,6 +342,56 @@ impl Store for SqliteStore {
             .await
     }
 
+    /// Through the index on `(session_id, kind, seq)`: only the selected records are read.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::read`], for the selected records.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn read_kinds(
+        &self,
+        session_id: SessionId,
+        kinds: &[&str],
+        up_to: Seq,
+    ) -> Result<Vec<RuntimeEvent>, ReadError> {
+        let kinds: Vec<String> = kinds.iter().map(|kind| (*kind).to_owned()).collect();
+        self.blocking(read_backend, move |connection| {
+            read_kinds(connection, session_id, &kinds, up_to)
+        })
+        .await
+    }
+
+    /// Through the index on `(session_id, kind, seq)`: one record is read.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::read`], for that record.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn last_of_kind(
+        &self,
+        session_id: SessionId,
+        kind: &str,
+    ) -> Result<Option<RuntimeEvent>, ReadError> {
+        let kind = kind.to_owned();
+        self.blocking(read_backend, move |connection| {
+            select_events(
+                connection,
+                session_id,
+                "SELECT seq, body FROM events WHERE session_id = ?1 AND kind = ?2
+                 ORDER BY seq DESC LIMIT 1",
+                &[&session_id.to_string(), &kind],
+            )
+            .map(|mut events| events.pop())
+        })
+        .await
+    }
+
     /// Every session, newest `created_at` first (ties: larger id first).
     ///
     /// # Errors
@@ -626,13 +676,47 @@ fn read_events(
     after: Seq,
 ) -> Result<Vec<RuntimeEvent>, ReadError> {
     let after = i64::try_from(after.0).unwrap_or(i64::MAX);
-    let mut select = connection
-        .prepare_cached(
-            "SELECT seq, body FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq",
-        )
-        .map_err(read_backend_sqlite)?;
-    let mut rows =
-        select.query(params![session_id.to_string(), after]).map_err(read_backend_sqlite)?;
+    select_events(
+        connection,
+        session_id,
+        "SELECT seq, body FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq",
+        &[&session_id.to_string(), &after],
+    )
+}
+
+/// The events of `kinds` at or below `up_to`, through the kind index.
+fn read_kinds(
+    connection: &mut Connection,
+    session_id: SessionId,
+    kinds: &[String],
+    up_to: Seq,
+) -> Result<Vec<RuntimeEvent>, ReadError> {
+    if kinds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let up_to = i64::try_from(up_to.0).unwrap_or(i64::MAX);
+    let placeholders: Vec<String> = (0..kinds.len()).map(|i| format!("?{}", i + 3)).collect();
+    let sql = format!(
+        "SELECT seq, body FROM events WHERE session_id = ?1 AND seq <= ?2 AND kind IN ({})
+         ORDER BY seq",
+        placeholders.join(", ")
+    );
+    let session_key = session_id.to_string();
+    let mut params: Vec<&dyn rusqlite::ToSql> = vec![&session_key, &up_to];
+    params.extend(kinds.iter().map(|kind| kind as &dyn rusqlite::ToSql));
+    select_events(connection, session_id, &sql, &params)
+}
+
+/// Runs `sql` (selecting `seq, body` of `session_id`'s events) and decodes every row, in
+/// the order selected; the first undecodable one fails the read.
+fn select_events(
+    connection: &mut Connection,
+    session_id: SessionId,
+    sql: &str,
+    params: &[&dyn rusqlite::ToSql],
+) -> Result<Vec<RuntimeEvent>, ReadError> {
+    let mut select = connection.prepare_cached(sql).map_err(read_backend_sqlite)?;
+    let mut rows = select.query(params).map_err(read_backend_sqlite)?;
     let mut events = Vec::new();
     while let Some(row) = rows.next().map_err(read_backend_sqlite)? {
         let raw_seq: i64 = row.get(0).map_err(read_backend_sqlite)?;
@@ -668,10 +752,11 @@ struct SummaryColumns {
     last_seq: i64,
     status: String,
     parent: Option<String>,
+    usage: Option<String>,
 }
 
 const SUMMARY_COLUMNS: &str =
-    "id, created_at, updated_at, workspace, model, title, last_seq, status, parent";
+    "id, created_at, updated_at, workspace, model, title, last_seq, status, parent, usage";
 
 impl SummaryColumns {
     fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryColumns> {
@@ -685,6 +770,7 @@ impl SummaryColumns {
             last_seq: row.get(6)?,
             status: row.get(7)?,
             parent: row.get(8)?,
+            usage: row.get(9)?,
         })
     }
 
@@ -706,6 +792,11 @@ impl SummaryColumns {
                 .map(parse_session_id)
                 .transpose()
                 .map_err(|_| context("parent"))?,
+            usage: self
+                .usage
+                .as_deref()
+                .and_then(record::parse_usage)
+                .ok_or_else(|| context("usage"))?,
         })
     }
 }
@@ -723,12 +814,13 @@ fn load_summary(tx: &Connection, session_key: &str) -> Result<Option<SessionSumm
 fn store_summary(tx: &Connection, summary: &SessionSummary) -> Result<(), AppendError> {
     let mut upsert = tx
         .prepare_cached(&format!(
-            "INSERT INTO sessions ({SUMMARY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+            "INSERT INTO sessions ({SUMMARY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
              ON CONFLICT (id) DO UPDATE SET
                  created_at = excluded.created_at, updated_at = excluded.updated_at,
                  workspace = excluded.workspace, model = excluded.model,
                  title = excluded.title, last_seq = excluded.last_seq,
-                 status = excluded.status, parent = excluded.parent"
+                 status = excluded.status, parent = excluded.parent,
+                 usage = excluded.usage"
         ))
         .map_err(append_backend)?;
     let last_seq = i64::try_from(summary.last_seq.0).map_err(|_| AppendError::InvalidBatch {
@@ -745,6 +837,7 @@ fn store_summary(tx: &Connection, summary: &SessionSummary) -> Result<(), Append
             last_seq,
             summary.status.as_str(),
             summary.parent.map(|parent| parent.to_string()),
+            record::usage_column(&summary.usage),
         ])
         .map(drop)
         .map_err(append_backend)

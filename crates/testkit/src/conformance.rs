@@ -45,7 +45,10 @@
 //!   no-op) and a corrupt record is never overwritten.
 //! - Sessions list newest `created_at` first (ties: larger id first). The status follows
 //!   the last run event, sealing is final, the title is the first non-empty turn input
-//!   with whitespace collapsed, cut to 80 characters ending in `…`.
+//!   with whitespace collapsed, cut to 80 characters ending in `…`. The row carries the
+//!   session's usage totals: every `model_response` folded with `UsageTotals::add`.
+//! - `read_kinds` returns exactly the events of the given kinds up to the bound, in seq
+//!   order; `last_of_kind` the latest of one kind.
 //! - A session prefix is case-insensitive hex with optional dashes; an empty or non-hex
 //!   prefix matches nothing.
 //! - A cancel request is taken exactly once; requesting twice before a take is one request.
@@ -115,9 +118,11 @@ pub async fn run_all<F: StoreFactory>(factory: &F) {
         append::different_event_at_a_stored_seq_conflicts,
         append::a_failing_batch_writes_nothing,
         read::read_returns_events_after_the_bound,
+        read::reads_by_kind_select_exactly_those_events,
         sessions::sessions_list_newest_first_with_status_and_title,
         sessions::title_is_collapsed_and_truncated,
         sessions::sealing_is_final,
+        sessions::usage_totals_are_kept_in_the_listing,
         sessions::prefix_resolution,
         cancel::cancel_request_is_taken_once,
         durability::reopen_keeps_everything,

@@ -328,6 +328,7 @@ fn summary_start(first: &RuntimeEvent) -> SessionSummary {
         last_seq: Seq(0),
         status: SessionStatus::Idle,
         parent: None,
+        usage: keel_contracts::UsageTotals::default(),
     }
 }
 
@@ -350,6 +351,11 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
             }
             None
         }
+        // Every purpose: summaries are model calls like any other (DESIGN.md §4).
+        EventKind::ModelResponse { usage, estimated_usage, cost_usd, .. } => {
+            summary.usage.add(usage, estimated_usage.as_ref(), *cost_usd);
+            None
+        }
         EventKind::SessionSealed { .. } => Some(SessionStatus::Sealed),
         EventKind::RunStarted { .. } => Some(SessionStatus::Running),
         EventKind::RunCompleted { .. } => Some(SessionStatus::Completed),
@@ -359,7 +365,6 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         EventKind::RunDenied { .. } => Some(SessionStatus::Denied),
         EventKind::RunComposition { .. }
         | EventKind::ModelRequested { .. }
-        | EventKind::ModelResponse { .. }
         | EventKind::ModelRetry { .. }
         // A budget stop is settled by the `run_suspended` that follows it.
         | EventKind::BudgetExhausted { .. }

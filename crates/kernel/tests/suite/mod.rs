@@ -8,6 +8,7 @@ mod faults;
 mod gates;
 mod group_commit;
 mod leases;
+mod long_sessions;
 mod outbox;
 mod recovery;
 mod repeats;

@@ -13,7 +13,10 @@
 //! bytewise `"C"` collation, because `timestamptz` keeps only microseconds and the session
 //! listing must give back exactly the timestamps of the events.
 
-use tokio_postgres::Client;
+use keel_contracts::{EventKind, Seq, SessionId, UsageTotals};
+use tokio_postgres::{Client, Transaction};
+
+use crate::record;
 
 /// Each migration's SQL, in order.
 const MIGRATIONS: &[&str] = &[
@@ -55,7 +58,17 @@ const MIGRATIONS: &[&str] = &[
         expires_at_ms bigint NOT NULL
     );
     "#,
+    // 3: usage totals in the session listing (backfilled once from the ledger by
+    // `backfill_usage`), and events by kind, so a resume finds the latest compaction and
+    // the session's facts without reading every event.
+    r#"
+    ALTER TABLE keel.sessions ADD COLUMN usage text;
+    CREATE INDEX events_by_kind ON keel.events (session_id, kind, seq);
+    "#,
 ];
+
+/// The version whose migration added `keel.sessions.usage`, which [`backfill_usage`] fills.
+const USAGE_VERSION: usize = 3;
 
 /// The schema version this build writes: the number of migrations.
 pub(crate) const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -105,8 +118,52 @@ pub(crate) async fn migrate(client: &mut Client) -> Result<Migration, tokio_post
     for sql in MIGRATIONS.iter().skip(applied) {
         tx.batch_execute(sql).await?;
     }
+    if applied < USAGE_VERSION {
+        backfill_usage(&tx).await?;
+    }
     tx.execute("DELETE FROM keel.schema_version", &[]).await?;
     tx.execute("INSERT INTO keel.schema_version (version) VALUES ($1)", &[&LATEST]).await?;
     tx.commit().await?;
     Ok(Migration::Current)
+}
+
+/// Fills `keel.sessions.usage` for sessions written before it existed: their
+/// `model_response` events folded in seq order, as an append would have. A session with an
+/// undecodable response gets [`UsageTotals::unknown`] (its cost shows as unknown, never as
+/// zero); the ledger itself is left as it is.
+async fn backfill_usage(tx: &Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    let ids: Vec<uuid::Uuid> = tx
+        .query("SELECT id FROM keel.sessions WHERE usage IS NULL", &[])
+        .await?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+    let responses = tx
+        .prepare(
+            "SELECT seq, body FROM keel.events WHERE session_id = $1 AND kind = 'model_response'
+             ORDER BY seq",
+        )
+        .await?;
+    let update = tx.prepare("UPDATE keel.sessions SET usage = $2 WHERE id = $1").await?;
+    for id in ids {
+        let mut usage = UsageTotals::default();
+        for row in tx.query(&responses, &[&id]).await? {
+            let seq: i64 = row.try_get(0)?;
+            let body: &str = row.try_get(1)?;
+            let seq = Seq(u64::try_from(seq).unwrap_or(0));
+            match record::decode(SessionId(id), seq, body.as_bytes()).map(|event| event.kind) {
+                Ok(EventKind::ModelResponse {
+                    usage: reported, estimated_usage, cost_usd, ..
+                }) => {
+                    usage.add(&reported, estimated_usage.as_ref(), cost_usd);
+                }
+                _ => {
+                    usage = UsageTotals::unknown();
+                    break;
+                }
+            }
+        }
+        tx.execute(&update, &[&id, &record::usage_column(&usage)]).await?;
+    }
+    Ok(())
 }

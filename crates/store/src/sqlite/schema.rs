@@ -5,7 +5,11 @@
 //! [`MIGRATIONS`]; an applied one is never edited, because files in the field already ran
 //! it.
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use keel_contracts::{EventKind, Seq, UsageTotals};
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+
+use crate::record::{self, parse_session_id};
 
 /// Each migration's SQL, in order.
 const MIGRATIONS: &[&str] = &[
@@ -47,7 +51,17 @@ const MIGRATIONS: &[&str] = &[
         expires_at_ms INTEGER NOT NULL
     );
     ",
+    // 3: usage totals in the session listing (backfilled once from the ledger by
+    // `backfill_usage`, so `sessions` never reads events), and events by kind, so a resume
+    // finds the latest compaction and the session's facts without reading every event.
+    "
+    ALTER TABLE sessions ADD COLUMN usage TEXT;
+    CREATE INDEX events_by_kind ON events (session_id, kind, seq);
+    ",
 ];
+
+/// The version whose migration added `sessions.usage`, which [`backfill_usage`] fills.
+const USAGE_VERSION: usize = 3;
 
 /// The schema version this build writes: the number of migrations.
 pub(crate) const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -80,8 +94,60 @@ pub(crate) fn migrate(connection: &mut Connection) -> rusqlite::Result<Migration
     for sql in MIGRATIONS.iter().skip(applied) {
         tx.execute_batch(sql)?;
     }
+    if applied < USAGE_VERSION {
+        backfill_usage(&tx)?;
+    }
     tx.execute("DELETE FROM schema_version", [])?;
     tx.execute("INSERT INTO schema_version (version) VALUES (?1)", [LATEST])?;
     tx.commit()?;
     Ok(Migration::Current)
+}
+
+/// Fills `sessions.usage` for sessions written before it existed: their `model_response`
+/// events (found by the kind index) folded in seq order, as an append would have. A
+/// session with an undecodable response gets [`UsageTotals::unknown`]: its listing shows
+/// the cost as unknown, never as zero, and the ledger itself is left as it is.
+fn backfill_usage(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    let ids: Vec<String> = tx
+        .prepare("SELECT id FROM sessions WHERE usage IS NULL")?
+        .query_map([], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut responses = tx.prepare(
+        "SELECT seq, body FROM events WHERE session_id = ?1 AND kind = 'model_response'
+         ORDER BY seq",
+    )?;
+    let mut update = tx.prepare("UPDATE sessions SET usage = ?2 WHERE id = ?1")?;
+    for id in ids {
+        let usage = match parse_session_id(&id) {
+            Ok(session_id) => {
+                let mut usage = UsageTotals::default();
+                let mut rows = responses.query([&id])?;
+                while let Some(row) = rows.next()? {
+                    let seq = Seq(u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0));
+                    let decoded = match row.get_ref(1)? {
+                        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+                            record::decode(session_id, seq, bytes).ok()
+                        }
+                        ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_) => None,
+                    };
+                    match decoded.map(|event| event.kind) {
+                        Some(EventKind::ModelResponse {
+                            usage: reported,
+                            estimated_usage,
+                            cost_usd,
+                            ..
+                        }) => usage.add(&reported, estimated_usage.as_ref(), cost_usd),
+                        _ => {
+                            usage = UsageTotals::unknown();
+                            break;
+                        }
+                    }
+                }
+                usage
+            }
+            Err(_) => UsageTotals::unknown(),
+        };
+        update.execute(params![id, record::usage_column(&usage)])?;
+    }
+    Ok(())
 }

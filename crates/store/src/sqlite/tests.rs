@@ -276,3 +276,80 @@ async fn a_group_of_refused_and_repeated_appends_commits_nothing() {
     assert_eq!(store.n_commits(), before, "nothing new, nothing committed");
     assert_eq!(store.read(session_id, Seq(0)).await.unwrap(), vec![stored]);
 }
+
+fn response(session_id: SessionId, seq: u64, cost: Option<f64>) -> RuntimeEvent {
+    let kind = serde_json::from_value(serde_json::json!({
+        "kind": "model_response",
+        "text": "ok",
+        "tool_calls": [],
+        "usage": {"input_tokens": 100, "output_tokens": 10},
+        "finish_reason": "stop",
+        "cost_usd": cost,
+    }))
+    .unwrap();
+    RuntimeEvent { kind, ..event(session_id, seq, String::new()) }
+}
+
+/// A file written before the listing kept usage (schema 2) gets its totals once, from its
+/// `model_response` events; a session with an unreadable response reads as unknown.
+#[tokio::test]
+async fn migrating_a_version_2_file_backfills_usage_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keel.sqlite");
+    let (good, damaged, quiet) = (
+        SessionId(Uuid::from_u128(1)),
+        SessionId(Uuid::from_u128(2)),
+        SessionId(Uuid::from_u128(3)),
+    );
+    let store = SqliteStore::open(&path).unwrap();
+    let good_events: Vec<_> = (1..=4)
+        .map(|seq| {
+            if seq % 2 == 0 { response(good, seq, Some(0.5)) } else { event(good, seq, "x".into()) }
+        })
+        .collect();
+    store.append(&good_events).await.unwrap();
+    store.append(&[event(damaged, 1, "x".into()), response(damaged, 2, Some(1.0))]).await.unwrap();
+    store.append(&[event(quiet, 1, "x".into())]).await.unwrap();
+    drop(store);
+    {
+        let connection = Connection::open(&path).unwrap();
+        connection
+            .execute_batch(
+                "DROP INDEX events_by_kind;
+                 ALTER TABLE sessions DROP COLUMN usage;
+                 UPDATE schema_version SET version = 2;
+                 UPDATE events SET body = '{not json' WHERE seq = 2 AND session_id = '00000000-0000-0000-0000-000000000002';",
+            )
+            .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let listed = store.sessions().await.unwrap();
+    let usage_of = |id| listed.iter().find(|row| row.id == id).unwrap().usage;
+    let mut expected = keel_contracts::UsageTotals::default();
+    for _ in 0..2 {
+        expected.add(
+            &keel_contracts::Usage {
+                input_tokens: Some(100),
+                output_tokens: Some(10),
+                ..Default::default()
+            },
+            None,
+            Some(0.5),
+        );
+    }
+    assert_eq!(usage_of(good), expected);
+    assert_eq!(usage_of(good).cost_usd, Some(1.0));
+    assert_eq!(usage_of(damaged), keel_contracts::UsageTotals::unknown());
+    assert_eq!(usage_of(quiet), keel_contracts::UsageTotals::default());
+    // The ledger is untouched: the damaged record still fails its read, never skipped.
+    assert!(matches!(store.read(damaged, Seq(0)).await, Err(ReadError::Corrupt { .. })));
+    // Appends after the migration keep folding onto the backfilled totals.
+    store.append(&[response(good, 5, Some(0.25))]).await.unwrap();
+    let after = store.sessions().await.unwrap();
+    assert_eq!(after.iter().find(|row| row.id == good).unwrap().usage.cost_usd, Some(1.25));
+    let version: i64 = {
+        let connection = store.connection.lock().unwrap();
+        connection.query_row("SELECT version FROM schema_version", [], |row| row.get(0)).unwrap()
+    };
+    assert_eq!(version, SCHEMA_VERSION);
+}

@@ -259,6 +259,53 @@ async fn a_newer_schema_is_refused() {
     }
 }
 
+/// A database written before the listing kept usage (schema 2) gets its totals once, from
+/// its `model_response` events; a session with an unreadable response reads as unknown.
+#[tokio::test]
+async fn migrating_a_version_2_database_backfills_usage_once() {
+    let Some(server) = PgServer::shared() else { return };
+    let database = server.create_database();
+    let store = PgStore::connect(database.url()).await.unwrap();
+    let (good, damaged) =
+        (SessionId(uuid::Uuid::from_u128(1)), SessionId(uuid::Uuid::from_u128(2)));
+    let response = |session_id: SessionId, seq: u64, cost: f64| {
+        let kind: EventKind = serde_json::from_value(serde_json::json!({
+            "kind": "model_response", "text": "ok", "tool_calls": [],
+            "usage": {"input_tokens": 100, "output_tokens": 10},
+            "finish_reason": "stop", "cost_usd": cost,
+        }))
+        .unwrap();
+        event(session_id, seq, kind)
+    };
+    store
+        .append(&[created(good, "/w/good"), response(good, 2, 0.5), response(good, 3, 0.25)])
+        .await
+        .unwrap();
+    store.append(&[created(damaged, "/w/damaged"), response(damaged, 2, 1.0)]).await.unwrap();
+    drop(store);
+    raw_client(&database)
+        .await
+        .batch_execute(
+            "DROP INDEX keel.events_by_kind;
+             ALTER TABLE keel.sessions DROP COLUMN usage;
+             UPDATE keel.schema_version SET version = 2;
+             UPDATE keel.events SET body = '{not json'
+                 WHERE seq = 2 AND session_id = '00000000-0000-0000-0000-000000000002';",
+        )
+        .await
+        .unwrap();
+    let store = PgStore::connect(database.url()).await.unwrap();
+    let listed = store.sessions().await.unwrap();
+    let usage_of = |id| listed.iter().find(|row| row.id == id).unwrap().usage;
+    assert_eq!((usage_of(good).responses, usage_of(good).input_tokens), (2, 200));
+    assert_eq!(usage_of(good).cost_usd, Some(0.75));
+    assert_eq!(usage_of(damaged), keel_contracts::UsageTotals::unknown());
+    assert!(matches!(
+        store.read(damaged, Seq(0)).await,
+        Err(keel_contracts::ReadError::Corrupt { .. })
+    ));
+}
+
 /// Every error in `error`'s chain, one per line.
 fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();

@@ -34,3 +34,40 @@ pub(super) async fn read_returns_events_after_the_bound<F: StoreFactory>(factory
     assert!(must(store.read(s1, Seq(u64::MAX)).await, "read after max").is_empty());
     assert!(must(store.read(session(3), Seq(0)).await, "unknown session").is_empty());
 }
+
+pub(super) async fn reads_by_kind_select_exactly_those_events<F: StoreFactory>(factory: &F) {
+    let ledger = factory.create().await;
+    let store = factory.open(&ledger).await;
+    let events = Events::new();
+    let (s1, s2) = (session(1), session(2));
+    // 1 session_created, 2..=6 model_requested, 7 and 9 turn_started, 8 model_requested.
+    let mut chain = events.chain(s1, 6);
+    chain.push(events.event(s1, 7, EventKind::TurnStarted { input: "first".into() }));
+    chain.push(events.filler(s1, 8));
+    chain.push(events.event(s1, 9, EventKind::TurnStarted { input: "second".into() }));
+    must(store.append(&chain).await, "append s1");
+    must(store.append(&events.chain(s2, 3)).await, "append s2");
+
+    let kinds = ["session_created", "turn_started"];
+    let all = must(store.read_kinds(s1, &kinds, Seq(u64::MAX)).await, "read kinds");
+    let expected: Vec<_> =
+        chain.iter().filter(|event| kinds.contains(&event.kind.name())).cloned().collect();
+    assert_eq!(all, expected);
+    assert_eq!(all.iter().map(|event| event.seq.0).collect::<Vec<_>>(), [1, 7, 9]);
+    let bounded = must(store.read_kinds(s1, &kinds, Seq(8)).await, "read kinds up to 8");
+    assert_eq!(bounded, expected[..2]);
+    assert!(must(store.read_kinds(s1, &[], Seq(9)).await, "no kinds").is_empty());
+    assert!(must(store.read_kinds(session(3), &kinds, Seq(9)).await, "unknown").is_empty());
+
+    let last = must(store.last_of_kind(s1, "model_requested").await, "last of kind");
+    assert_eq!(last.as_ref(), Some(&chain[7]));
+    assert_eq!(
+        must(store.last_of_kind(s1, "turn_started").await, "last turn"),
+        Some(chain[8].clone())
+    );
+    assert_eq!(must(store.last_of_kind(s1, "compaction").await, "none"), None);
+    assert_eq!(
+        must(store.last_of_kind(s2, "model_requested").await, "other session").map(|e| e.seq),
+        Some(Seq(3))
+    );
+}

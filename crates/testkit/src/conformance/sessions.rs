@@ -45,7 +45,85 @@ fn summary(
         last_seq: last.seq,
         status,
         parent,
+        usage: UsageTotals::default(),
     }
+}
+
+/// A `model_response` from its wire form: `usage` and `cost_usd` as given, with keel's
+/// estimate for what was not reported, and `purpose` (`None`: a conversation step).
+fn response(usage: serde_json::Value, cost: Option<f64>, purpose: Option<&str>) -> EventKind {
+    let mut wire = serde_json::json!({
+        "kind": "model_response",
+        "text": "ok",
+        "tool_calls": [],
+        "usage": usage,
+        "finish_reason": "stop",
+        "cost_usd": cost,
+        "estimated_usage": {"input_tokens": 40, "output_tokens": 4},
+    });
+    if let Some(purpose) = purpose {
+        wire["purpose"] = serde_json::json!(purpose);
+    }
+    must(serde_json::from_value(wire), "model_response from its wire form")
+}
+
+pub(super) async fn usage_totals_are_kept_in_the_listing<F: StoreFactory>(factory: &F) {
+    let ledger = factory.create().await;
+    let store = factory.open(&ledger).await;
+    let events = Events::new();
+    let (priced, unpriced) = (session(11), session(12));
+    let reported = serde_json::json!({"input_tokens": 1000, "output_tokens": 50,
+        "cached_input_tokens": 600, "reasoning_tokens": 7});
+    let chain = vec![
+        events.created(priced, "/w/priced"),
+        events.event(priced, 2, response(reported.clone(), Some(0.125), None)),
+        // A summary request is a model call like any other (DESIGN.md §4).
+        events.event(priced, 3, response(reported.clone(), Some(0.25), Some("compaction"))),
+    ];
+    must(store.append(&chain).await, "append priced");
+    // Totals continue across appends: an unreported figure counts keel's estimate.
+    let later = vec![events.event(priced, 4, response(serde_json::json!({}), Some(0.5), None))];
+    must(store.append(&later).await, "append priced later");
+    // An unknown cost makes the total unknown.
+    let unknown = vec![
+        events.created(unpriced, "/w/unpriced"),
+        events.event(unpriced, 2, response(reported.clone(), Some(1.0), None)),
+        events.event(unpriced, 3, response(reported, None, None)),
+    ];
+    must(store.append(&unknown).await, "append unpriced");
+
+    let fold = |events: &[RuntimeEvent]| {
+        let mut usage = UsageTotals::default();
+        for event in events {
+            if let EventKind::ModelResponse { usage: reported, estimated_usage, cost_usd, .. } =
+                &event.kind
+            {
+                usage.add(reported, estimated_usage.as_ref(), *cost_usd);
+            }
+        }
+        usage
+    };
+    let all_priced: Vec<RuntimeEvent> = chain.iter().chain(&later).cloned().collect();
+    let listed = must(store.sessions().await, "sessions");
+    let usage_of = |id: SessionId| {
+        listed.iter().find(|row| row.id == id).map(|row| row.usage).unwrap_or_default()
+    };
+    let expected = fold(&all_priced);
+    assert_eq!(usage_of(priced), expected);
+    assert_eq!(
+        (expected.responses, expected.input_tokens, expected.output_tokens),
+        (3, 2040, 104),
+        "the fold itself"
+    );
+    assert_eq!((expected.responses_without_usage, expected.estimated_tokens), (1, 44));
+    assert_eq!(expected.cost_usd, Some(0.875));
+    let unknown_usage = usage_of(unpriced);
+    assert_eq!(unknown_usage, fold(&unknown));
+    assert_eq!((unknown_usage.responses, unknown_usage.cost_usd), (2, None));
+    // A new handle reads the same totals back.
+    drop(store);
+    let reopened = factory.open(&ledger).await;
+    assert_eq!(must(reopened.sessions().await, "sessions after reopen"), listed);
 }
 
 pub(super) async fn sessions_list_newest_first_with_status_and_title<F: StoreFactory>(factory: &F) {
