@@ -190,3 +190,56 @@ pub trait Tool: Send + Sync + Debug {
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
+
+/// The lowercase hex SHA-256 of a tool call's `arguments` as canonical JSON: object keys
+/// sorted (by their UTF-8 bytes) at every depth, no whitespace, scalars as serde_json
+/// writes them. The same arguments give the same digest whatever order the model wrote
+/// the keys in, and whether or not serde_json keeps insertion order in this build (its
+/// `preserve_order` feature, which a dependency may switch on). Execution grants and the
+/// repeated-failure guard key on it.
+///
+/// # Examples
+///
+/// ```
+/// use keel_contracts::arguments_sha256;
+/// let a = serde_json::json!({"path": "a", "extra": {"y": 1, "x": [true, null]}});
+/// let b: serde_json::Value =
+///     serde_json::from_str(r#"{"extra":{"x":[true,null],"y":1},"path":"a"}"#).unwrap();
+/// assert_eq!(arguments_sha256(&a), arguments_sha256(&b));
+/// assert_ne!(arguments_sha256(&a), arguments_sha256(&serde_json::json!({"path": "b"})));
+/// ```
+pub fn arguments_sha256(arguments: &serde_json::Value) -> String {
+    let mut text = String::new();
+    write_canonical(arguments, &mut text);
+    sha256_hex(text.as_bytes())
+}
+
+fn write_canonical(value: &serde_json::Value, out: &mut String) {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push('{');
+            for (index, (key, value)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(value, out);
+            }
+            out.push('}');
+        }
+        serde_json::Value::Array(items) => {
+            out.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}

@@ -8,7 +8,7 @@ use keel_contracts::{
     AttemptId, Authorization, Budget, CallFacts, CommandLine, Decision, Envelope, EventKind,
     ExecutionMode, Outcome, PermissionAnswer, PermissionRules, REFUSAL_PERMISSION_DENIED,
     REFUSAL_SHADOW, RunId, SandboxMode, ToolCall, ToolContext, ToolOutput, TurnId, UsageTotals,
-    authorize_tool_invocation, executes_in_shadow, requires_consent, sha256_hex,
+    authorize_tool_invocation, executes_in_shadow, requires_consent,
 };
 
 use crate::children::{AgentCall, Children, is_agent_tool};
@@ -655,7 +655,7 @@ impl<'a> CallState<'a> {
 /// The repeated-failure guard's key for a call (tool name, SHA-256 of its arguments' JSON),
 /// and that digest.
 fn failure_key(call: &ToolCall) -> ((String, String), String) {
-    let digest = sha256_hex(serde_json::to_string(&call.arguments).unwrap_or_default().as_bytes());
+    let digest = keel_contracts::arguments_sha256(&call.arguments);
     ((call.name.clone(), digest.clone()), digest)
 }
 

@@ -15,7 +15,7 @@ const READ_WRITE_NOTE: &str = r#"{"steps":[
     {"tool_calls":[
         {"name":"read","arguments":{"path":"a"}},
         {"name":"write","arguments":{"path":"b"}},
-        {"name":"todo","arguments":{"items":[{"text":"check a","status":"done"}]}}
+        {"name":"todo","arguments":{"items":[{"status":"done","text":"check a"}]}}
     ]},
     {"text":"done"}
 ]}"#;

@@ -53,7 +53,7 @@ async fn unknown_tool_and_invalid_arguments_are_error_results_and_the_run_goes_o
                 {"tool_calls":[
                     {"name":"nope","arguments":{}},
                     {"name":"read","arguments":{"path":7}},
-                    {"name":"read","arguments":{"path":"a","extra":true}}
+                    {"name":"read","arguments":{"extra":true,"path":"a"}}
                 ]},
                 {"text":"Recovered.","expect":{"last_outcomes":["error","error","error"]}}
             ]}"#,
