@@ -383,8 +383,8 @@ impl Store for SqliteStore {
             select_events(
                 connection,
                 session_id,
-                "SELECT seq, body FROM events WHERE session_id = ?1 AND kind = ?2
-                 ORDER BY seq DESC LIMIT 1",
+                "SELECT seq, body FROM events INDEXED BY events_by_kind
+                 WHERE session_id = ?1 AND kind = ?2 ORDER BY seq DESC LIMIT 1",
                 &[&session_id.to_string(), &kind],
             )
             .map(|mut events| events.pop())
@@ -697,8 +697,8 @@ fn read_kinds(
     let up_to = i64::try_from(up_to.0).unwrap_or(i64::MAX);
     let placeholders: Vec<String> = (0..kinds.len()).map(|i| format!("?{}", i + 3)).collect();
     let sql = format!(
-        "SELECT seq, body FROM events WHERE session_id = ?1 AND seq <= ?2 AND kind IN ({})
-         ORDER BY seq",
+        "SELECT seq, body FROM events INDEXED BY events_by_kind
+         WHERE session_id = ?1 AND seq <= ?2 AND kind IN ({}) ORDER BY seq",
         placeholders.join(", ")
     );
     let session_key = session_id.to_string();
