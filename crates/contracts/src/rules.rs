@@ -463,6 +463,16 @@ impl PermissionRules {
                     && (covers(&pattern, &textual_path)
                         || resolved_path.is_some_and(|resolved| covers(&pattern, resolved)));
             }
+            // A deny on one file-writing tool holds for the other (`write_file(P)` also
+            // refuses `edit_file` on P, and the reverse), as a read deny holds for every
+            // read: both change the file.
+            let tool = if WRITE_DENYING_TOOLS.contains(&rule.tool.as_str())
+                && WRITE_DENYING_TOOLS.contains(&tool)
+            {
+                rule.tool.as_str()
+            } else {
+                tool
+            };
             if let (Some(text), Some(line)) = (command_text, line) {
                 return rule.matches(tool, Some(text))
                     || line
@@ -671,6 +681,20 @@ mod tests {
         assert!(root.covers("src/lib.rs") && root.covers("a") && root.hides_everything_under(""));
         let narrow = DeniedPaths::new(["./secrets/**"], "/ws");
         assert!(narrow.covers("secrets/key") && !narrow.covers("src/lib.rs"));
+    }
+
+    /// A deny on one file-writing tool refuses the other on the same paths.
+    #[test]
+    fn redteam_rules_a_write_deny_holds_for_both_write_tools() {
+        for rule in ["write_file(./secrets/**)", "edit_file(secrets/**)"] {
+            let set = rules(&["write_file", "edit_file"], &[rule]);
+            for tool in ["write_file", "edit_file"] {
+                let got = set.decide(tool, &json!({"path": "secrets/k"}), "/ws").map(|(a, _)| a);
+                assert_eq!(got, Some(PermissionAnswer::Deny), "{rule} / {tool}");
+                let got = set.decide(tool, &json!({"path": "src/a.rs"}), "/ws").map(|(a, _)| a);
+                assert_eq!(got, Some(PermissionAnswer::AllowOnce), "{rule} / {tool} neighbour");
+            }
+        }
     }
 
     fn line(commands: &[&[&str]]) -> CommandLine {

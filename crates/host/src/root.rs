@@ -323,10 +323,13 @@ pub fn resolve(
             .map(|text| Rule::parse(text).map_err(|e| usage(format!("config: {e}"))))
             .collect()
     };
-    let rules = PermissionRules {
+    let mut rules = PermissionRules {
         allow: parse_rules(&config.permissions.allow)?,
         deny: parse_rules(&config.permissions.deny)?,
     };
+    if let Some(rule) = keel_home_rule(workspace)? {
+        rules.deny.push(rule);
+    }
 
     Ok(Resolved {
         model_spec,
@@ -354,6 +357,32 @@ pub fn resolve(
         max_agent_depth: config.max_agent_depth.unwrap_or(keel_kernel::DEFAULT_MAX_AGENT_DEPTH),
         shell_env: config.shell.env.clone(),
     })
+}
+
+/// A `KEEL_HOME` inside the workspace (`keel run` in `~`, an editor's cwd around it) holds
+/// keel's own secrets: the plant-note key, `serve.token`, the ledgers of every session and
+/// the trust records. It is denied like a `path(...)` rule the user wrote, so file tools
+/// refuse it and commands find it masked (empty); read-only is not enough, since a model
+/// that reads the plant-note key can forge notes another run would act on.
+///
+/// # Errors
+///
+/// A usage error when `KEEL_HOME` lies inside the workspace under a name that is not UTF-8
+/// (a rule could not name it, so it could not be hidden: refused rather than exposed).
+fn keel_home_rule(workspace: &Path) -> anyhow::Result<Option<Rule>> {
+    let Ok(home) = config::keel_home() else { return Ok(None) };
+    let home = home.canonicalize().unwrap_or(home);
+    let workspace = workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf());
+    let Ok(relative) = home.strip_prefix(&workspace) else { return Ok(None) };
+    let Some(relative) = relative.to_str() else {
+        return Err(usage(format!(
+            "KEEL_HOME ({}) is inside the workspace under a name keel cannot hide; \
+             move KEEL_HOME or pick another workspace",
+            home.display()
+        )));
+    };
+    let pattern = if relative.is_empty() { "." } else { relative };
+    Ok(Rule::parse(&format!("path({pattern})")).ok())
 }
 
 /// The endpoint for a run (what the provider gets, and what the ledger records).

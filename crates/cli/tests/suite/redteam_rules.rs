@@ -8,7 +8,7 @@ use std::process::Output;
 
 use serde_json::{Value, json};
 
-use super::support::{Env, json_lines, scripted, stderr};
+use super::support::{Env, json_lines, scripted, stderr, stdout};
 
 const CANARY: &str = "CANARY-7f3a9e";
 const ENV_CANARY: &str = "ENVCANARY-51c2";
@@ -467,4 +467,62 @@ fn redteam_data_mcp_results_keep_their_fence_and_path_rules_bind_mcp_tools() {
     let results = results(&output);
     assert!(!results[0].content.contains(CANARY) && !results[1].content.contains(ENV_CANARY));
     assert!(results[2].content.contains("hello"), "{}", results[2].content);
+}
+
+/// A `KEEL_HOME` inside the workspace (`keel run` in the folder that holds it) keeps keel's
+/// secrets: the plant-note key, `serve.token`, every session's ledger. A model that read the
+/// key could forge plant notes another run would act on, so file tools refuse the folder and
+/// commands find it masked; the rest of the workspace works as ever.
+#[test]
+fn redteam_rules_keel_home_inside_the_workspace_is_hidden_from_tools_and_commands() {
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/ok.txt"), format!("{NEIGHBOUR}\n")).unwrap();
+    let home = ws.join("keel-home");
+    std::fs::create_dir_all(home.join("sandbox")).unwrap();
+    std::fs::write(home.join("serve.token"), format!("{CANARY}\n")).unwrap();
+    std::fs::write(home.join("sandbox/plant-note.key"), CANARY).unwrap();
+    let calls = [
+        ("read_file", json!({"path": "keel-home/serve.token"})),
+        ("read_file", json!({"path": "./keel-home/sandbox/plant-note.key"})),
+        ("grep", json!({"pattern": "CANARY", "path": "."})),
+        bash("cat keel-home/serve.token keel-home/sandbox/plant-note.key 2>&1; ls -a keel-home"),
+        bash("cat src/ok.txt && echo written > src/new.txt && cat src/new.txt"),
+        ("read_file", json!({"path": "src/ok.txt"})),
+    ];
+    let model = scripted(
+        &env,
+        &json!({"steps": [
+            {"tool_calls": calls.iter().map(|(n, a)| json!({"name": n, "arguments": a})).collect::<Vec<_>>()},
+            {"text": "done"}
+        ]})
+        .to_string(),
+    );
+    let mut command = env.keel();
+    command.env("KEEL_HOME", &home).args([
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--json",
+        "--approval",
+        "auto",
+        "t",
+    ]);
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let results = results(&output);
+    assert_eq!(results.len(), calls.len(), "{}", stdout(&output));
+    for result in &results {
+        assert!(!result.content.contains(CANARY), "leaked: {}", result.content);
+    }
+    assert_eq!(results[0].outcome, "refused", "{}", results[0].content);
+    assert_eq!(results[1].outcome, "refused", "{}", results[1].content);
+    // The neighbours: an ordinary file reads, a command writes in the workspace.
+    assert!(results[4].content.contains(NEIGHBOUR) && results[4].content.contains("written"));
+    assert!(results[5].content.contains(NEIGHBOUR), "{}", results[5].content);
+    // keel itself still keeps its ledger there.
+    assert!(home.join("keel.sqlite").exists());
 }

@@ -11,7 +11,8 @@
 //! gone.
 //!
 //! Repairs never follow a symbolic link and never touch a path outside the writable roots
-//! recorded in the note.
+//! recorded in the note; a note read back by [`recover`] touches nothing outside the
+//! workspace it was found in.
 //!
 //! A note is authenticated: it carries an HMAC-SHA256 over the workspace path and its
 //! content, keyed by a secret the embedding program sets once ([`set_plant_note_key`];
@@ -180,7 +181,7 @@ impl PlantGuard {
         if let Some(init_report) = self.init_report.take() {
             sys::wait_for_namespace(&init_report, NAMESPACE_EXIT_WAIT);
         }
-        let notes = repair(&self.note);
+        let notes = repair(&self.note, None);
         if let Some(path) = &self.note_path {
             let _ = std::fs::remove_file(path);
             // The notes folder goes when it is empty (another run's note keeps it).
@@ -244,7 +245,7 @@ pub(crate) fn recover(workspace: &Path) -> Vec<String> {
             // That keel is still running its command; its own guard repairs.
             continue;
         }
-        notes.extend(repair(&note));
+        notes.extend(repair(&note, Some(workspace)));
         let _ = std::fs::remove_file(&path);
     }
     let _ = std::fs::remove_dir(&dir);
@@ -280,15 +281,25 @@ fn path_of(bytes: &[u8]) -> PathBuf {
     PathBuf::from(OsString::from_vec(bytes.to_vec()))
 }
 
-/// Repairs one note's plants.
-fn repair(note: &Note) -> Vec<String> {
+/// Repairs one note's plants. A note read back from disk (`within` = the workspace it was
+/// found in) reaches only paths inside that workspace, whatever writable roots it names:
+/// even an authentic-looking note (its key leaked) can then remove or re-link nothing a
+/// command in that workspace could not already write. The guard's own in-memory note
+/// (`within` = `None`) covers every writable root of its command.
+fn repair(note: &Note, within: Option<&Path>) -> Vec<String> {
     let writable: Vec<PathBuf> = note.writable.iter().map(|bytes| path_of(bytes)).collect();
+    let within = within.map(|workspace| workspace.canonicalize().ok());
     let inside = |path: &Path| -> bool {
         // The parent is resolved (it exists when something is there to remove); the last
         // component is never followed.
-        path.parent()
-            .and_then(|parent| parent.canonicalize().ok())
-            .is_some_and(|parent| writable.iter().any(|root| parent.starts_with(root)))
+        path.parent().and_then(|parent| parent.canonicalize().ok()).is_some_and(|parent| {
+            writable.iter().any(|root| parent.starts_with(root))
+                && match &within {
+                    None => true,
+                    Some(Some(workspace)) => parent.starts_with(workspace),
+                    Some(None) => false,
+                }
+        })
     };
     let mut notes = Vec::new();
     for bytes in &note.absent {
@@ -387,6 +398,41 @@ fn process_started(pid: u32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A note read back from a workspace reaches nothing outside it, even when it names
+    /// `/` as writable (a note forged with a leaked key); inside, it still repairs.
+    #[test]
+    fn redteam_plant_note_from_disk_repairs_only_inside_its_workspace() {
+        let bytes = |path: &Path| path.as_os_str().as_bytes().to_vec();
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("ws");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let victim = outside.join("important.txt");
+        let planted = workspace.join("planted");
+        std::fs::write(&victim, "keep").unwrap();
+        std::fs::write(&planted, "x").unwrap();
+        let link = outside.join("bashrc");
+        let note = Note {
+            keel_pid: 0,
+            keel_started: 0,
+            writable: vec![b"/".to_vec()],
+            absent: vec![bytes(&victim), bytes(&planted)],
+            watched: Vec::new(),
+            links: vec![(bytes(&link), bytes(&workspace.join("payload.sh")))],
+            mac: String::new(),
+        };
+        let notes = repair(&note, Some(&workspace));
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep", "{notes:?}");
+        assert!(link.symlink_metadata().is_err(), "no link planted outside: {notes:?}");
+        assert!(!planted.exists(), "inside the workspace it still repairs: {notes:?}");
+        // The guard's own note (never read from disk) covers its writable roots.
+        std::fs::write(&planted, "x").unwrap();
+        let own = Note { writable: vec![bytes(&workspace.canonicalize().unwrap())], ..note };
+        repair(&own, None);
+        assert!(!planted.exists() && victim.exists());
+    }
 
     #[test]
     fn own_start_time_is_known() {
