@@ -695,6 +695,14 @@ mod tests {
                 assert_eq!(got, Some(PermissionAnswer::AllowOnce), "{rule} / {tool} neighbour");
             }
         }
+        // Only the two write tools share their denies: a write deny says nothing of bash,
+        // and a bash deny nothing of the write tools.
+        let set = rules(&["bash", "write_file"], &["write_file", "bash(rm *)"]);
+        let got = set.decide("bash", &json!({"command": "ls"}), "/ws").map(|(a, _)| a);
+        assert_eq!(got, Some(PermissionAnswer::AllowOnce));
+        let set = rules(&["write_file"], &["bash"]);
+        let got = set.decide("write_file", &json!({"path": "a"}), "/ws").map(|(a, _)| a);
+        assert_eq!(got, Some(PermissionAnswer::AllowOnce));
     }
 
     fn line(commands: &[&[&str]]) -> CommandLine {
