@@ -747,18 +747,32 @@ async fn redteam_host_workspace_outside_the_allowed_roots_is_refused() {
         .post("/v1/sessions", json!({"workspace": "relative/ws", "model": "scripted:/x"}))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    // A session made outside the roots (by `keel run`) is not admitted: 423, no agent code.
+    // A session made outside the roots (by `keel run`) is not admitted: 423, no agent code;
+    // nor is it this host's to show: not listed, and reading, streaming, answering or
+    // cancelling it answers 404.
     let output = env.run(&[
         "run",
         "-C",
         outside.path().to_str().unwrap(),
         "-m",
         &format!("scripted:{}", write_script(&env, "cli.json", &[]).display()),
+        "--json",
         "hi",
     ]);
     assert_eq!(output.status.code(), Some(0), "{}", super::support::stderr(&output));
+    let foreign = super::support::json_lines(&output)[0]["session_id"].as_str().unwrap().to_owned();
     let (_, list) = client.get("/v1/sessions").await;
-    let foreign = list["sessions"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(list["sessions"].as_array().map(Vec::len), Some(0), "{list}");
+    for path in ["", "/events", "/permissions"] {
+        let (status, body) = client.get(&format!("/v1/sessions/{foreign}{path}")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "GET {path}: {body}");
+    }
+    let (status, body) = client.post(&format!("/v1/sessions/{foreign}/cancel"), json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "cancel: {body}");
+    let (status, body) = client
+        .post(&format!("/v1/sessions/{foreign}/permissions/c1"), json!({"answer": "deny"}))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "answer: {body}");
     let before = ledger(&env, &foreign).len();
     let (status, body) =
         client.post(&format!("/v1/sessions/{foreign}/turns"), json!({"input": "again"})).await;

@@ -385,10 +385,31 @@ async fn summary(host: &Host, row: &keel_contracts::SessionSummary) -> serde_jso
     })
 }
 
+/// Whether the host shows a session at all: its workspace (canonical now) is one the host
+/// admits. A session of another workspace in the same `KEEL_HOME` (a `keel run` elsewhere,
+/// another host's roots) is not this host's to read, stream, answer or cancel: it answers
+/// 404, as if absent, and is left out of the list.
+fn visible(host: &super::state::Host, row: &keel_contracts::SessionSummary) -> bool {
+    std::path::Path::new(&row.workspace)
+        .canonicalize()
+        .is_ok_and(|workspace| host.admits(&workspace))
+}
+
+/// [`visible`] for one session: its summary row, or 404.
+async fn visible_row(
+    host: &super::state::Host,
+    session_id: keel_contracts::SessionId,
+) -> Result<keel_contracts::SessionSummary, ApiError> {
+    let rows = host.store.sessions().await.map_err(ApiError::internal)?;
+    rows.into_iter()
+        .find(|row| row.id == session_id && visible(host, row))
+        .ok_or_else(|| ApiError::not_found(format!("no session {session_id}")))
+}
+
 async fn list_sessions(State(state): State<AppState>) -> Result<Response, ApiError> {
     let rows = state.host.store.sessions().await.map_err(ApiError::internal)?;
     let mut sessions = Vec::with_capacity(rows.len());
-    for row in &rows {
+    for row in rows.iter().filter(|row| visible(&state.host, row)) {
         sessions.push(summary(&state.host, row).await);
     }
     Ok(axum::Json(json!({"sessions": sessions})).into_response())
@@ -399,12 +420,8 @@ async fn get_session(
     Params(id): Params<String>,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
-    let rows = state.host.store.sessions().await.map_err(ApiError::internal)?;
-    let row = rows
-        .iter()
-        .find(|row| row.id == session_id)
-        .ok_or_else(|| ApiError::not_found(format!("no session {session_id}")))?;
-    Ok(axum::Json(summary(&state.host, row).await).into_response())
+    let row = visible_row(&state.host, session_id).await?;
+    Ok(axum::Json(summary(&state.host, &row).await).into_response())
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -459,6 +476,7 @@ async fn post_cancel(
     Params(id): Params<String>,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
+    visible_row(&state.host, session_id).await?;
     let events = state.host.events(session_id).await?;
     if state.host.cancel(session_id) {
         return Ok(
@@ -487,6 +505,7 @@ async fn post_seal(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
+    visible_row(&state.host, session_id).await?;
     // The body is optional: none, or `{"reason": TEXT}`.
     let body: SealBody = if body.iter().all(u8::is_ascii_whitespace) {
         SealBody::default()
@@ -527,6 +546,7 @@ async fn get_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
+    visible_row(&state.host, session_id).await?;
     state.host.events(session_id).await?;
     let from_header = headers.get("last-event-id").map(|value| value.to_str().unwrap_or("x"));
     let after = match from_header.or(query.after.as_deref()) {
@@ -544,6 +564,7 @@ async fn list_permissions(
     Params(id): Params<String>,
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
+    visible_row(&state.host, session_id).await?;
     let events = state.host.events(session_id).await?;
     Ok(axum::Json(json!(ledger::pending(&events))).into_response())
 }
@@ -561,6 +582,7 @@ async fn answer_permission(
 ) -> Result<Response, ApiError> {
     let host = &state.host;
     let session_id = session_id(&id)?;
+    visible_row(host, session_id).await?;
     if call_id.is_empty() || call_id.len() > 256 || call_id.chars().any(char::is_control) {
         return Err(ApiError::bad_request("invalid call id"));
     }
