@@ -274,6 +274,9 @@ impl Rule {
                 let Some(pattern) = rest.strip_suffix(')') else {
                     return Err(error("missing ')' at the end"));
                 };
+                // `bash( rm *)` means `bash(rm *)`: a pattern with stray spaces would match
+                // nothing, and a deny that matches nothing fails open.
+                let pattern = pattern.trim();
                 if pattern.is_empty() {
                     return Err(error("empty pattern; write TOOL for any arguments"));
                 }
@@ -286,7 +289,18 @@ impl Rule {
         if tool == PATH_RULE && pattern.is_none() {
             return Err(error("path needs a pattern: path(secrets/**)"));
         }
+        let path_tool = READ_DENYING_TOOLS.contains(&tool) || WRITE_DENYING_TOOLS.contains(&tool);
+        if path_tool && pattern.as_deref().is_some_and(|pattern| pattern.starts_with('~')) {
+            // Matched literally, `~/.ssh/**` would name a folder called `~` in the
+            // workspace and deny nothing the user meant.
+            return Err(error("'~' is not expanded in a path pattern; write the path in full"));
+        }
         Ok(Rule { text: trimmed.to_owned(), tool: tool.to_owned(), pattern })
+    }
+
+    /// The tool the rule names (`bash` for `bash(git status*)`; `path` for a path rule).
+    pub fn tool(&self) -> &str {
+        &self.tool
     }
 
     fn matches(&self, tool: &str, primary: Option<&str>) -> bool {
@@ -314,9 +328,10 @@ impl Rule {
         }
         let fixed: &str = pattern.split(['*', '?']).next().unwrap_or_default();
         let fixed = fixed.trim_end_matches('/');
-        path.is_empty()
-            || path == "."
-            || fixed.starts_with(&format!("{}/", path.trim_end_matches('/')))
+        let path = path.trim_end_matches('/');
+        // A search of exactly the denied folder (`grep` in `docs/private` against
+        // `docs/private/**`) reaches only what the rule covers.
+        path.is_empty() || path == "." || fixed == path || fixed.starts_with(&format!("{path}/"))
     }
 }
 
@@ -835,9 +850,20 @@ rm x",
 
     #[test]
     fn parse_errors() {
-        for bad in ["", "bash(", "bash()", "two words(x)"] {
+        for bad in
+            ["", "bash(", "bash()", "bash(  )", "two words(x)", "path(~/.ssh/**)", "read_file(~)"]
+        {
             assert!(Rule::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// Spaces around a pattern are not part of it: `bash( rm *)` denies `rm -rf x`.
+    #[test]
+    fn patterns_are_trimmed() {
+        let set = rules(&[], &["bash( rm * )"]);
+        let call = json!({"command": "rm -rf x"});
+        let answer = set.decide("bash", &call, "/ws").map(|(answer, _)| answer);
+        assert_eq!(answer, Some(PermissionAnswer::Deny));
     }
 
     /// A deny rule for a path also refuses a call on a folder that holds what it covers (a
@@ -850,7 +876,17 @@ rm x",
         };
         let deny = Some(PermissionAnswer::Deny);
         let grep = |path: &str| json!({"pattern": "TOKEN", "path": path});
-        for reaching in [".", "", "docs", "./docs/", "/ws/docs", "docs/private/a"] {
+        let reaching = [
+            ".",
+            "",
+            "docs",
+            "./docs/",
+            "/ws/docs",
+            "docs/private",
+            "docs/private/",
+            "docs/private/a",
+        ];
+        for reaching in reaching {
             assert_eq!(decide("grep", grep(reaching), None), deny, "{reaching:?}");
         }
         for beside in ["doc", "docs/public", "docsprivate", "src", "/elsewhere/docs"] {

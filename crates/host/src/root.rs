@@ -521,7 +521,34 @@ pub fn build_kernel(
         .context("cannot assemble the tool registry")?
         .with_lease_holder(lease_holder())
         .with_holder_liveness(Arc::new(LocalProcesses));
+    check_deny_rule_tools(&kernel, &resolved.run.rules)?;
     crate::failpoints::install(outbox.install(kernel))
+}
+
+/// Every deny rule must name a tool keel has: `Bash(rm *)` (another runtime's spelling)
+/// or a typo would deny nothing while the user believes it holds. MCP tools (`mcp__…`)
+/// are exempt, since a server that did not start has no tools to deny.
+///
+/// # Errors
+///
+/// A [`usage`] error naming the first deny rule whose tool is unknown.
+fn check_deny_rule_tools(kernel: &Kernel, rules: &PermissionRules) -> anyhow::Result<()> {
+    let known = kernel.registry().names();
+    let unknown = rules.deny.iter().find(|rule| {
+        let tool = rule.tool();
+        tool != keel_contracts::PATH_RULE
+            && !tool.starts_with("mcp__")
+            && !known.iter().any(|name| name == tool)
+    });
+    match unknown {
+        Some(rule) => Err(usage(format!(
+            "config: deny rule '{}' names no tool keel has, so it would deny nothing; \
+             known tools: path, {}",
+            rule.text,
+            known.join(", ")
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Who this process is, for session leases: `keel pid 4242 on build-7`.

@@ -17,6 +17,23 @@ pub use otlp::genai::SEMCONV_VERSION;
 pub use otlp::{OtlpEnv, OtlpHeaders, OtlpOptions, OtlpSink};
 pub use webhook::WebhookSink;
 
+/// The [`Sink::target`] of an HTTP sink: `KIND:URL` without its query and fragment,
+/// which often carry a token (`?api_key=…`) and must not sit in a cursor file. A digest
+/// of them stands in, so a changed query still starts the cursors afresh.
+pub(crate) fn http_target(kind: &str, url: &reqwest::Url) -> String {
+    let mut bare = url.clone();
+    bare.set_query(None);
+    bare.set_fragment(None);
+    match (url.query(), url.fragment()) {
+        (None, None) => format!("{kind}:{bare}"),
+        (query, fragment) => {
+            let secret = format!("{}#{}", query.unwrap_or_default(), fragment.unwrap_or_default());
+            let digest = keel_contracts::sha256_hex(secret.as_bytes());
+            format!("{kind}:{bare}?sha256={}", &digest[..16])
+        }
+    }
+}
+
 /// An outside destination for ledger events.
 #[async_trait]
 pub trait Sink: Send + Sync + Debug {
@@ -40,4 +57,23 @@ pub trait Sink: Send + Sync + Debug {
     ///
     /// If dropped, the batch counts as not delivered and is sent again.
     async fn deliver(&self, events: &[RuntimeEvent]) -> Result<(), DeliveryError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::http_target;
+
+    /// A token in the query never reaches the target (and so the cursor file), while a
+    /// different token still makes a different target.
+    #[test]
+    fn http_targets_leave_out_the_query() {
+        let url = |text: &str| reqwest::Url::parse(text).unwrap();
+        let plain = http_target("otlp", &url("http://127.0.0.1:4318/v1/traces"));
+        assert_eq!(plain, "otlp:http://127.0.0.1:4318/v1/traces");
+        let a = http_target("webhook", &url("https://hooks.example/x?token=SECRET-A"));
+        let b = http_target("webhook", &url("https://hooks.example/x?token=SECRET-B"));
+        assert!(!a.contains("SECRET") && !b.contains("SECRET"), "{a} {b}");
+        assert!(a.starts_with("webhook:https://hooks.example/x?sha256="), "{a}");
+        assert_ne!(a, b);
+    }
 }

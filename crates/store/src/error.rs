@@ -17,6 +17,15 @@ pub enum OpenError {
         #[source]
         source: std::io::Error,
     },
+    /// The ledger file did not exist and could not be created (mode 0600).
+    #[error("cannot create ledger file {path}")]
+    CreateFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// SQLite could not open, configure or migrate the file.
     #[error("cannot open ledger {path}")]
     Sqlite {

@@ -89,15 +89,18 @@ impl SqliteStore {
     ///
     /// # Errors
     ///
-    /// [`OpenError::CreateDir`] when a parent directory cannot be created;
+    /// [`OpenError::CreateDir`] when a parent directory cannot be created (new ones are
+    /// made 0700); [`OpenError::CreateFile`] when a new ledger file cannot be made (0600);
     /// [`OpenError::Sqlite`] when SQLite fails; [`OpenError::NoWal`] when the file system
     /// refuses WAL; [`OpenError::NewerSchema`] when a newer keel wrote the file.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, OpenError> {
         let path = path.as_ref().to_path_buf();
         if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)
+            create_private_dir(parent)
                 .map_err(|source| OpenError::CreateDir { path: parent.to_path_buf(), source })?;
         }
+        create_private_file(&path)
+            .map_err(|source| OpenError::CreateFile { path: path.clone(), source })?;
         let mut connection = Connection::open(&path).map_err(sqlite_error(&path))?;
         // SQLite answers "database is locked" without waiting while another connection is
         // switching a new file to WAL, so a second process opening a fresh ledger at the
@@ -931,6 +934,25 @@ fn read_backend(message: String) -> ReadError {
 
 fn read_backend_sqlite(error: rusqlite::Error) -> ReadError {
     ReadError::Backend { message: error.to_string() }
+}
+
+/// Creates `dir` and its missing parents with mode 0700: the ledger holds every prompt,
+/// tool result and diff of every session. An existing folder is left as it is.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Creates the ledger file with mode 0600 when it does not exist, so SQLite (which gives
+/// its `-wal` and `-shm` files the mode of the database file) never makes a readable one.
+/// An existing file keeps its mode: the user may have chosen it.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(error),
+    }
 }
 
 #[cfg(test)]

@@ -365,6 +365,41 @@ fn redteam_rules_an_unenforceable_deny_refuses_the_command() {
     assert!(results(&output)[0].content.contains(NEIGHBOUR));
 }
 
+/// A deny rule that would match nothing is refused before the run: another runtime's
+/// spelling (`Bash`), a `~` that is never expanded, or a pattern padded with spaces (that
+/// one is trimmed and holds). The legitimate neighbour, a deny on a real tool, runs.
+#[test]
+fn redteam_rules_a_deny_that_could_match_nothing_is_refused_or_made_to_hold() {
+    let env = Env::new();
+    let ws = workspace(&env);
+    let model = scripted(&env, r#"{"steps":[{"text":"hi"}]}"#);
+    for (deny, says) in [
+        (r#"deny = ["Bash(rm *)"]"#, "names no tool keel has"),
+        (r#"deny = ["path(~/.ssh/**)"]"#, "'~' is not expanded"),
+    ] {
+        config(&env, deny);
+        let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "t"]);
+        assert_eq!(output.status.code(), Some(2), "{deny}: {}", stderr(&output));
+        assert!(stderr(&output).contains(says), "{deny}: {}", stderr(&output));
+    }
+    config(&env, r#"deny = ["bash( cat secrets* )", "read_file( secrets/** )"]"#);
+    let output = run(
+        &env,
+        &ws,
+        &[bash("cat secrets/key"), ("read_file", json!({"path": "secrets/key"}))],
+        &["--approval", "auto"],
+    );
+    let results = results(&output);
+    assert!(results.iter().all(|r| r.outcome == "refused"), "{:?}", settled_by(&output));
+    assert_no_canary(&results, &["cat", "read_file"]);
+    let output = run(&env, &ws, &[bash("cat src/ok.txt")], &["--approval", "auto"]);
+    assert!(results_contain(&output, NEIGHBOUR));
+}
+
+fn results_contain(output: &Output, text: &str) -> bool {
+    results(output).iter().any(|result| result.content.contains(text))
+}
+
 /// Every tool result reaches the model with its source line first, and the system prompt
 /// says once that tool output is data; an instruction or a forged marker inside a file is
 /// delivered as data inside its own result.

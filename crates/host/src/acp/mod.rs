@@ -281,6 +281,11 @@ impl AcpAgent {
         let mut prepared =
             root::prepare(&self.home, workspace, settings, facts, &self.store, Some(person))
                 .map_err(|error| root_error(&error))?;
+        // `reject_always` holds for the session in every mode: under `auto` nobody is
+        // asked, so the rejected tools are deny rules of the assembly.
+        let rejected = person::rejected_for_the_session(history);
+        let deny = &mut prepared.resolved.run.rules.deny;
+        deny.extend(rejected.iter().filter_map(|tool| keel_contracts::Rule::parse(tool).ok()));
         for server in mcp_servers {
             let (name, config) = client_mcp_server(server)?;
             prepared.config.mcp_servers.insert(name, config);

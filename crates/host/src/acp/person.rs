@@ -57,21 +57,30 @@ impl ClientPerson {
         timeout: Duration,
         history: &[RuntimeEvent],
     ) -> Self {
-        let rejected = history
-            .iter()
-            .filter_map(|event| match &event.kind {
-                EventKind::PermissionSettled {
-                    tool, by, answer: PermissionAnswer::Deny, ..
-                } if by == BY_REJECT_ALWAYS => Some(tool.clone()),
-                _ => None,
-            })
-            .collect();
+        let rejected = rejected_for_the_session(history);
         ClientPerson { cx, session, timeout, rejected: Mutex::new(rejected) }
     }
 
     fn rejected(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.rejected.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// The tools the client answered `reject_always` for in `history`: denied for the rest of
+/// the session, whatever the approval mode (a later `session/set_mode auto` does not ask,
+/// so the assembly also turns these into deny rules).
+pub fn rejected_for_the_session(history: &[RuntimeEvent]) -> HashSet<String> {
+    history
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::PermissionSettled { tool, by, answer: PermissionAnswer::Deny, .. }
+                if by == BY_REJECT_ALWAYS =>
+            {
+                Some(tool.clone())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 #[async_trait]

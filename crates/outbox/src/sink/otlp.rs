@@ -258,7 +258,7 @@ impl OtlpSink {
 #[async_trait]
 impl Sink for OtlpSink {
     fn target(&self) -> String {
-        format!("otlp:{}", self.endpoint)
+        super::http_target("otlp", &self.endpoint)
     }
 
     fn max_batch(&self) -> usize {

@@ -45,7 +45,7 @@ impl WebhookSink {
 #[async_trait]
 impl Sink for WebhookSink {
     fn target(&self) -> String {
-        format!("webhook:{}", self.url)
+        super::http_target("webhook", &self.url)
     }
 
     fn max_batch(&self) -> usize {

@@ -64,6 +64,29 @@ fn a_newer_schema_is_refused() {
     }
 }
 
+/// The ledger holds every prompt and tool result: a new one, its WAL and shared-memory
+/// files and a folder made for it are the owner's alone. An existing file keeps its mode.
+#[tokio::test]
+async fn a_new_ledger_is_private_to_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let path = home.join("keel.sqlite");
+    let store = SqliteStore::open(&path).unwrap();
+    store.append(&[event(SessionId(Uuid::from_u128(1)), 1, "x".to_owned())]).await.unwrap();
+    assert_eq!(mode(&home), 0o700);
+    for file in ["keel.sqlite", "keel.sqlite-wal", "keel.sqlite-shm"] {
+        assert_eq!(mode(&home.join(file)), 0o600, "{file}");
+    }
+    drop(store);
+    let chosen = dir.path().join("shared.sqlite");
+    std::fs::write(&chosen, b"").unwrap();
+    std::fs::set_permissions(&chosen, std::fs::Permissions::from_mode(0o640)).unwrap();
+    drop(SqliteStore::open(&chosen).unwrap());
+    assert_eq!(mode(&chosen), 0o640);
+}
+
 #[test]
 fn an_unusable_path_is_an_open_error() {
     let dir = tempfile::tempdir().unwrap();
