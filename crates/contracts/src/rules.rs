@@ -857,6 +857,15 @@ rm x",
         }
     }
 
+    #[test]
+    fn a_rule_names_its_tool() {
+        for (text, tool) in
+            [("bash(git status*)", "bash"), ("path(secrets/**)", "path"), ("grep", "grep")]
+        {
+            assert_eq!(Rule::parse(text).unwrap().tool(), tool, "{text}");
+        }
+    }
+
     /// Spaces around a pattern are not part of it: `bash( rm *)` denies `rm -rf x`.
     #[test]
     fn patterns_are_trimmed() {
