@@ -214,10 +214,10 @@ async fn attempt(
         else {
             return Err(infra("the environment cannot be planned"));
         };
-        return Err(infra(if environment::docker_available() {
+        return Err(infra(if environment::docker_available().await {
             format!("{reason}; Docker environments are not supported by keel eval yet")
         } else {
-            format!("{reason}, and Docker is not available")
+            format!("{reason}, and Docker is not available (no docker daemon answers)")
         }));
     };
 
@@ -347,8 +347,11 @@ async fn agent(
     mounts: &Mounts,
     timeout: Duration,
 ) -> Result<AgentPhase, Failure> {
-    let workspace = root::canonical_workspace(Some(&mounts.workspace))
-        .map_err(|error| infra(format!("workspace: {error:#}")))?;
+    // As `root::canonical_workspace`, with the experiment's KEEL_HOME rather than the
+    // environment's: plant notes are keyed with the key of the home the session uses.
+    let workspace = mounts.workspace.clone();
+    keel_host::plant_key::install(&context.home, &workspace);
+    let _repaired = keel_sandbox::recover_plants(&workspace);
     let settings = RunSettings {
         model: Some(model.to_owned()),
         sandbox: Some(SandboxMode::Managed),

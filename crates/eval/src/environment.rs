@@ -254,10 +254,26 @@ pub fn read_regular(path: &Path, max_bytes: u64) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Whether a `docker` executable is on `PATH`.
-pub fn docker_available() -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("docker").is_file()))
+/// Whether Docker can be used here: a `docker` client on `PATH` whose daemon answers
+/// `docker info` within 10 s (a client without a daemon is no Docker).
+pub async fn docker_available() -> bool {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("docker").is_file()));
+    if !on_path {
+        return false;
+    }
+    let spec = keel_sandbox::CommandSpec::new(
+        "docker",
+        std::env::temp_dir(),
+        std::time::Duration::from_secs(10),
+    )
+    .args(["info", "--format", "{{.ServerVersion}}"]);
+    // The probe only asks the local client for the daemon's version; it runs on the host
+    // because the managed sandbox refuses the socket it needs.
+    match keel_sandbox::run(&spec, keel_sandbox::SandboxMode::Bypass).await {
+        Ok(output) => output.termination.success() && !output.stdout.text.trim().is_empty(),
+        Err(_) => false,
+    }
 }
 
 #[cfg(test)]
