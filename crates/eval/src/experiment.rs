@@ -90,6 +90,9 @@ impl Subject {
     }
 }
 
+/// A callback for each finished attempt.
+pub type OnAttempt = Arc<dyn Fn(&AttemptRecord) + Send + Sync>;
+
 /// What running an experiment needs beyond its spec.
 #[derive(Clone)]
 pub struct EvalContext {
@@ -100,7 +103,7 @@ pub struct EvalContext {
     /// Attempts run at once (at least 1).
     pub concurrency: usize,
     /// Called with each finished attempt (progress for the user).
-    pub on_attempt: Option<Arc<dyn Fn(&AttemptRecord) + Send + Sync>>,
+    pub on_attempt: Option<OnAttempt>,
 }
 
 impl std::fmt::Debug for EvalContext {

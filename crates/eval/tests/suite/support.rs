@@ -18,7 +18,7 @@ impl Lab {
     }
 
     pub(crate) fn context(&self) -> EvalContext {
-        let store = keel_store::SqliteStore::open(&self.home.path().join("keel.sqlite")).unwrap();
+        let store = keel_store::SqliteStore::open(self.home.path().join("keel.sqlite")).unwrap();
         EvalContext {
             home: self.home.path().to_path_buf(),
             store: Arc::new(store),
