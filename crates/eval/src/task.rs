@@ -231,3 +231,19 @@ fn read_small(dir: &Path, file: &str) -> Result<String, TaskError> {
     String::from_utf8(bytes)
         .map_err(|_| TaskError::Unreadable { file: file.to_owned(), reason: "not UTF-8".into() })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_take_integers_and_floats_and_refuse_text() {
+        let config: TaskConfig = toml::from_str(
+            "version = \"1.0\"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 2.5\n",
+        )
+        .unwrap();
+        assert_eq!(config.agent_timeout().unwrap(), Duration::from_secs(120));
+        assert_eq!(config.verifier_timeout().unwrap(), Duration::from_millis(2500));
+        assert!(toml::from_str::<TaskConfig>("[agent]\ntimeout_sec = \"soon\"\n").is_err());
+    }
+}

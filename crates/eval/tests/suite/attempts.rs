@@ -28,11 +28,11 @@ async fn oracle_passes_every_example_task() {
         "{report}"
     );
     let html = std::fs::read_to_string(lab.out().join("report.html")).unwrap();
-    assert!(
-        html.contains("<svg") && !html.contains("http://")
-            || html.contains("xmlns=\"http://www.w3.org/2000/svg\"")
-    );
-    assert!(!html.contains("<script") && !html.contains("src="), "no external assets");
+    assert!(html.contains("<svg") && html.contains("<rect"), "a chart: {html}");
+    for external in ["<script", "src=", "href=", "<link", "url("] {
+        assert!(!html.contains(external), "no external assets ({external})");
+    }
+    assert_eq!(html.matches("http").count(), 1, "only the SVG namespace names a URL");
 }
 
 const PASS: &str = r#"{"steps": [
@@ -96,6 +96,24 @@ async fn scripted_subjects_that_pass_fail_time_out_and_crash_get_their_classes()
 
     // Every agent attempt that ran a session wrote a trajectory in Harbor's schema.
     assert_eq!(check_trajectories(&records), 4);
+    let trajectory: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(passed.trajectory.as_deref().unwrap()).unwrap(),
+    )
+    .unwrap();
+    let sources: Vec<&str> = trajectory["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["user", "agent", "agent"]);
+    assert_eq!(trajectory["steps"][1]["tool_calls"][0]["function_name"], "write_file");
+    assert_eq!(
+        trajectory["steps"][1]["observation"]["results"][0]["source_call_id"],
+        trajectory["steps"][1]["tool_calls"][0]["tool_call_id"]
+    );
+    assert_eq!(trajectory["final_metrics"]["total_prompt_tokens"], 250);
+    assert_eq!(trajectory["final_metrics"]["total_cost_usd"], serde_json::Value::Null);
     let report = std::fs::read_to_string(lab.out().join("report.md")).unwrap();
     assert!(report.contains("unknown"), "cost per pass is unknown without a price: {report}");
 }
@@ -195,4 +213,36 @@ async fn a_second_run_runs_nothing_and_records_are_immutable() {
     let resumed = keel_eval::resume(&lab.out(), &lab.context()).await.unwrap();
     assert_eq!(resumed.ran, 0);
     assert_eq!(results(&lab.out()), records);
+}
+
+#[test]
+fn the_atif_schema_rejects_what_harbor_rejects() {
+    // The schema check is not vacuous: a wrong source, a missing agent, no steps and a
+    // tool call without its id each fail it.
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/atif-trajectory.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let good = serde_json::json!({
+        "schema_version": "ATIF-v1.6",
+        "agent": {"name": "keel", "version": "0.1.0"},
+        "steps": [{"step_id": 1, "source": "user", "message": "hi"}],
+    });
+    assert!(validator.is_valid(&good));
+    let mut bad_source = good.clone();
+    bad_source["steps"][0]["source"] = "robot".into();
+    let mut no_agent = good.clone();
+    no_agent.as_object_mut().unwrap().remove("agent");
+    let mut no_steps = good.clone();
+    no_steps["steps"] = serde_json::json!([]);
+    let mut bad_call = good.clone();
+    bad_call["steps"][0]["tool_calls"] =
+        serde_json::json!([{"function_name": "bash", "arguments": {}}]);
+    for bad in [bad_source, no_agent, no_steps, bad_call] {
+        assert!(!validator.is_valid(&bad), "{bad}");
+    }
 }
