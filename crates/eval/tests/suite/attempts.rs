@@ -246,3 +246,30 @@ fn the_atif_schema_rejects_what_harbor_rejects() {
         assert!(!validator.is_valid(&bad), "{bad}");
     }
 }
+
+#[tokio::test]
+async fn cost_per_pass_is_shown_when_every_attempt_is_priced() {
+    let lab = Lab::new();
+    let dataset = lab.dataset();
+    TaskBuilder::new(&dataset, "answer");
+    let pass = lab.script("priced.json", PASS);
+    // $1 per million input tokens, $2 per million output: 250 in + 15 out = $0.00028.
+    std::fs::write(
+        lab.home.path().join("prices.toml"),
+        format!("[\"{pass}\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n"),
+    )
+    .unwrap();
+    let (_, records) = lab.run(&dataset, &[&pass, "oracle"], 2).await;
+    let priced = by_task(&records, "answer", "scripted:");
+    assert_eq!(priced.len(), 2);
+    for record in priced {
+        assert_eq!(record.class, Class::Passed, "{record:?}");
+        assert!((record.cost_usd.unwrap() - 0.00028).abs() < 1e-12, "{record:?}");
+    }
+    let rows = keel_eval::report::rows(&records.iter().collect::<Vec<_>>(), 2);
+    let row = rows.iter().find(|row| row.subject == pass).unwrap();
+    assert_eq!((row.passes, row.pass_at_1, row.pass_at_k, row.k), (2, Some(1.0), Some(1.0), 2));
+    assert!((row.cost_per_pass_usd.unwrap() - 0.00028).abs() < 1e-12, "{row:?}");
+    let report = std::fs::read_to_string(lab.out().join("report.md")).unwrap();
+    assert!(report.contains("| $0.0003 |"), "{report}");
+}
