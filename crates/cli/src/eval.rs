@@ -45,15 +45,19 @@ pub(crate) async fn command(
         concurrency: concurrency.max(1),
         on_attempt: Some(on_attempt.clone()),
     };
+    // Paths in results.jsonl (trajectories) are made from DIR: absolute, so they hold from
+    // any folder.
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let (summary, out) = match command {
         Some(EvalCommand::Resume { dir, concurrency }) => {
+            let dir = cwd.join(dir);
             (keel_eval::resume(&dir, &context(concurrency)).await, dir)
         }
         None => {
             let (Some(tasks), Some(out)) = (tasks, out) else {
                 return Err(usage("keel eval needs DATASET_OR_TASK, -s SUBJECT and --out DIR"));
             };
-            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            let out = cwd.join(out);
             let spec = ExperimentSpec::new(&tasks, subjects, repetitions, &cwd)
                 .map_err(|error| usage(error.to_string()))?;
             (keel_eval::run(&spec, &out, &context(concurrency)).await, out)

@@ -206,6 +206,10 @@ async fn execute(
 ) -> Result<Summary> {
     let folders = task::task_folders(&spec.tasks)
         .map_err(|error| Error::Usage(format!("tasks {}: {error}", spec.tasks.display())))?;
+    // An output folder inside the dataset is not one of its tasks.
+    let out_canonical = out.canonicalize().ok();
+    let folders: Vec<(String, PathBuf)> =
+        folders.into_iter().filter(|(_, dir)| dir.canonicalize().ok() != out_canonical).collect();
     if folders.is_empty() {
         return Err(Error::Usage(format!("{} holds no task folders", spec.tasks.display())));
     }
