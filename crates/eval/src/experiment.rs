@@ -223,6 +223,7 @@ async fn execute(
             }
         }
     }
+    ledger.record_cells(&cells)?;
     let before = ledger.attempts()?;
     let finished = crate::ledger::winners(&before);
     let missing: Vec<&Cell> = cells.iter().filter(|cell| !finished.contains_key(*cell)).collect();

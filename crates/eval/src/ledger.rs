@@ -1,6 +1,8 @@
 //! The eval ledger: `DIR/eval.sqlite`, the experiment's immutable records.
 //!
 //! - `experiment`: one row, the [`ExperimentSpec`](crate::ExperimentSpec) as JSON.
+//! - `cells`: one row per cell (task, subject, repetition), written when a run of the
+//!   experiment first lists it.
 //! - `attempts`: one row per attempt of a cell (task, subject, repetition), with its
 //!   ordinal (1, 2, ... per cell), inserted *before* the attempt runs.
 //! - `results`: one row per finished attempt, its [`AttemptRecord`] as JSON.
@@ -20,11 +22,18 @@ use crate::error::{Error, Result};
 const SCHEMA: &str = "
 PRAGMA journal_mode = WAL;
 PRAGMA synchronous = FULL;
+PRAGMA foreign_keys = ON;
 CREATE TABLE IF NOT EXISTS experiment (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     experiment_id TEXT NOT NULL,
     created_at TEXT NOT NULL,
     spec TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cells (
+    task TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    repetition INTEGER NOT NULL,
+    PRIMARY KEY (task, subject, repetition)
 );
 CREATE TABLE IF NOT EXISTS attempts (
     attempt_id TEXT PRIMARY KEY,
@@ -33,7 +42,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     repetition INTEGER NOT NULL,
     ordinal INTEGER NOT NULL,
     started_at TEXT NOT NULL,
-    UNIQUE (task, subject, repetition, ordinal)
+    UNIQUE (task, subject, repetition, ordinal),
+    FOREIGN KEY (task, subject, repetition) REFERENCES cells (task, subject, repetition)
 );
 CREATE TABLE IF NOT EXISTS results (
     attempt_id TEXT PRIMARY KEY REFERENCES attempts (attempt_id),
@@ -44,6 +54,10 @@ CREATE TABLE IF NOT EXISTS results (
 CREATE TRIGGER IF NOT EXISTS experiment_immutable_u BEFORE UPDATE ON experiment
     BEGIN SELECT RAISE(ABORT, 'eval records are immutable'); END;
 CREATE TRIGGER IF NOT EXISTS experiment_immutable_d BEFORE DELETE ON experiment
+    BEGIN SELECT RAISE(ABORT, 'eval records are immutable'); END;
+CREATE TRIGGER IF NOT EXISTS cells_immutable_u BEFORE UPDATE ON cells
+    BEGIN SELECT RAISE(ABORT, 'eval records are immutable'); END;
+CREATE TRIGGER IF NOT EXISTS cells_immutable_d BEFORE DELETE ON cells
     BEGIN SELECT RAISE(ABORT, 'eval records are immutable'); END;
 CREATE TRIGGER IF NOT EXISTS attempts_immutable_u BEFORE UPDATE ON attempts
     BEGIN SELECT RAISE(ABORT, 'eval records are immutable'); END;
@@ -138,6 +152,24 @@ impl EvalLedger {
                 params![experiment_id, now, spec],
             )
             .map(drop)
+        })
+    }
+
+    /// Records the experiment's cells (those already recorded are left as they are).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Ledger`] when they cannot be written.
+    pub fn record_cells(&self, cells: &[Cell]) -> Result<()> {
+        self.with(|c| {
+            let tx = c.unchecked_transaction()?;
+            for cell in cells {
+                tx.execute(
+                    "INSERT OR IGNORE INTO cells (task, subject, repetition) VALUES (?1, ?2, ?3)",
+                    params![cell.task, cell.subject, cell.repetition],
+                )?;
+            }
+            tx.commit()
         })
     }
 

@@ -204,6 +204,8 @@ async fn a_second_run_runs_nothing_and_records_are_immutable() {
         "UPDATE results SET class = 'failed'",
         "DELETE FROM results",
         "DELETE FROM attempts",
+        "DELETE FROM cells",
+        "UPDATE cells SET repetition = 9",
         "UPDATE experiment SET spec = '{}'",
     ] {
         let error = db.execute(statement, []).unwrap_err();
