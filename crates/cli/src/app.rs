@@ -77,6 +77,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Trust { dir } => crate::trust::command(dir.as_deref()),
         Command::Config { options } => crate::config_show::show(&options),
         Command::Acp { permission_timeout, options } => acp(&permission_timeout, &options).await,
+        Command::Eval { command, tasks, subjects, repetitions, concurrency, out } => {
+            crate::eval::command(command, tasks, &subjects, repetitions, concurrency, out).await
+        }
         Command::Mcp { command: McpCommand::List { workspace } } => {
             mcp::list(workspace.as_deref()).await
         }

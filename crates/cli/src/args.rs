@@ -123,6 +123,30 @@ pub(crate) enum Command {
         #[command(flatten)]
         options: RunOptions,
     },
+    /// Experiments over Harbor tasks: tasks × subjects × repetitions, each attempt an
+    /// immutable record in DIR (results.jsonl, report.md, report.html); `keel eval resume
+    /// DIR` finishes an interrupted one.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Eval {
+        #[command(subcommand)]
+        command: Option<EvalCommand>,
+        /// A Harbor task folder, or a dataset (a folder of task folders).
+        #[arg(required = true, value_name = "DATASET_OR_TASK")]
+        tasks: Option<PathBuf>,
+        /// `oracle` (runs solution/solve.sh) or a model spec as `keel run -m` takes it
+        /// (repeatable).
+        #[arg(short = 's', long = "subject", value_name = "SUBJECT", required = true)]
+        subjects: Vec<String>,
+        /// Repetitions per task and subject.
+        #[arg(short = 'n', long = "repetitions", value_name = "N", default_value_t = 1)]
+        repetitions: u32,
+        /// Attempts run at once.
+        #[arg(short = 'j', long = "concurrency", value_name = "N", default_value_t = 1)]
+        concurrency: usize,
+        /// The experiment's folder (its ledger and reports); running again continues it.
+        #[arg(long, value_name = "DIR", required = true)]
+        out: Option<PathBuf>,
+    },
     /// MCP servers from config.toml.
     Mcp {
         #[command(subcommand)]
@@ -153,6 +177,18 @@ pub(crate) enum Command {
         /// Largest request body in bytes.
         #[arg(long, default_value_t = 1024 * 1024)]
         max_body_bytes: usize,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum EvalCommand {
+    /// Finish an interrupted experiment; finished attempts are not run again.
+    Resume {
+        /// The experiment's folder (`--out` of `keel eval`).
+        dir: PathBuf,
+        /// Attempts run at once.
+        #[arg(short = 'j', long = "concurrency", value_name = "N", default_value_t = 1)]
+        concurrency: usize,
     },
 }
 

@@ -15,6 +15,7 @@ macro_rules! outln {
 mod app;
 mod args;
 mod config_show;
+mod eval;
 mod habits;
 mod mcp;
 mod output;

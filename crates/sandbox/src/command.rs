@@ -58,6 +58,7 @@ pub struct CommandSpec {
     inherit_env: Vec<OsString>,
     landlock_abi_ceiling: Option<u8>,
     deny_paths: Vec<(PathBuf, managed::Denial)>,
+    mapped_dirs: Vec<(PathBuf, PathBuf)>,
 }
 
 impl CommandSpec {
@@ -77,6 +78,7 @@ impl CommandSpec {
             inherit_env: Vec::new(),
             landlock_abi_ceiling: None,
             deny_paths: Vec::new(),
+            mapped_dirs: Vec::new(),
         }
     }
 
@@ -191,6 +193,28 @@ impl CommandSpec {
     pub fn deny_writes(mut self, paths: Vec<PathBuf>) -> Self {
         self.deny_paths.extend(paths.into_iter().map(|path| (path, managed::Denial::ReadOnly)));
         self
+    }
+
+    /// Shows the directory `source` (existing) at the absolute path `target` inside the
+    /// command's mount namespace in managed mode, the way a container maps a volume: the
+    /// command gets a private root with the host's top-level entries bind-mounted into it
+    /// (every protection and mask included) plus each mapping, so `target` need not exist
+    /// on the host and nothing is created there. A working directory inside `source` is
+    /// entered at its `target` path. Mapping grants nothing: Landlock still decides by
+    /// inode, so grant `source` as the workspace or with [`CommandSpec::allow_read`] /
+    /// [`CommandSpec::allow_write`]. [`run`] refuses with [`SandboxError::Unenforceable`]
+    /// (nothing runs) when `target` is not absolute, is `/`, has `..`, lies under a host
+    /// top-level entry where no directory exists to mount on, or `source` is not a
+    /// directory, and in bypass mode when any mapping is given.
+    #[must_use]
+    pub fn map_dir(mut self, source: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Self {
+        self.mapped_dirs.push((source.into(), target.into()));
+        self
+    }
+
+    /// The directories mapped with [`CommandSpec::map_dir`], as `(source, target)`.
+    pub fn mapped_dirs(&self) -> &[(PathBuf, PathBuf)] {
+        &self.mapped_dirs
     }
 
     /// The paths hidden or made read-only by deny rules.
@@ -349,6 +373,13 @@ pub async fn run(spec: &CommandSpec, mode: SandboxMode) -> Result<CommandOutput>
             return Err(SandboxError::Unenforceable {
                 missing: "the managed sandbox, to mask paths denied by deny rules (this \
                           command runs in bypass mode)"
+                    .to_owned(),
+            });
+        }
+        SandboxMode::Bypass if !spec.mapped_dirs.is_empty() => {
+            return Err(SandboxError::Unenforceable {
+                missing: "the managed sandbox, to map directories into the command's mount \
+                          namespace (this command runs in bypass mode)"
                     .to_owned(),
             });
         }

@@ -12,6 +12,7 @@ mod gitconfig;
 mod gitscan;
 mod mask;
 mod plants;
+mod private_root;
 
 pub use plants::set_plant_note_key;
 mod protected;
@@ -108,6 +109,8 @@ pub(crate) struct Prepared {
     notes_before: Vec<String>,
     /// The empty sources of the deny-rule masks, removed when the run ends.
     _masks: mask::Masks,
+    /// The private root of a command with mapped directories, removed when the run ends.
+    _private_root: Option<tempfile::TempDir>,
 }
 
 /// Prepares containment for `spec`.
@@ -209,6 +212,24 @@ pub(crate) fn prepare(spec: &CommandSpec) -> Result<Prepared> {
         }
     }
 
+    let (private_root, cwd) = if spec.mapped_dirs().is_empty() {
+        (None, cwd)
+    } else {
+        let prepared = private_root::prepare(spec.mapped_dirs(), &cwd)
+            .map_err(|reason| unenforceable(&reason))?;
+        let binds = prepared
+            .binds
+            .iter()
+            .map(|(source, target)| Ok((c_path(source)?, c_path(target)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let plan = sys::PrivateRoot { new_root: c_path(prepared.dir.path())?, binds };
+        (Some((prepared.dir, plan)), prepared.cwd)
+    };
+    let (private_root_dir, private_root_plan) = match private_root {
+        Some((dir, plan)) => (Some(dir), Some(plan)),
+        None => (None, None),
+    };
+
     let (uid, gid) = sys::user_and_group();
     let id_maps = (uid != 0).then(|| {
         (format!("{uid} {uid} 1\n").into_bytes(), format!("{gid} {gid} 1\n").into_bytes())
@@ -224,6 +245,7 @@ pub(crate) fn prepare(spec: &CommandSpec) -> Result<Prepared> {
         writable_roots,
         mounts,
         aliases: alias_mounts,
+        private_root: private_root_plan,
         cwd: c_path(&cwd)?,
         keel_alive: keel_alive_read,
         init_report: init_report_write,
@@ -247,6 +269,7 @@ pub(crate) fn prepare(spec: &CommandSpec) -> Result<Prepared> {
         env: environment(spec, &temp_path),
         notes_before,
         _masks: masks,
+        _private_root: private_root_dir,
     })
 }
 

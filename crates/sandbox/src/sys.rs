@@ -177,6 +177,7 @@ pub(crate) enum ChildStep {
     Fork = 13,
     DeathSignal = 14,
     AliasMount = 15,
+    PrivateRoot = 16,
 }
 
 impl ChildStep {
@@ -197,6 +198,7 @@ impl ChildStep {
             13 => "forking into the process namespace",
             14 => "setting the parent-death signal",
             15 => "covering another mount of the workspace",
+            16 => "building the private root for mapped directories (bind mount, chroot)",
             _ => "an unknown step",
         }
     }
@@ -234,6 +236,15 @@ pub(crate) struct AliasMount {
     pub(crate) read_only_flags: Option<libc::c_ulong>,
 }
 
+/// A private root for a command with mapped directories: an empty directory the parent
+/// filled with mount points (and copies of the host root's symbolic links), and the bind
+/// mounts that fill it.
+#[derive(Debug)]
+pub(crate) struct PrivateRoot {
+    pub(crate) new_root: CString,
+    pub(crate) binds: Vec<(CString, CString)>,
+}
+
 /// Everything the child needs to contain itself, prepared by the parent.
 #[derive(Debug)]
 pub(crate) struct ChildContainment {
@@ -245,6 +256,10 @@ pub(crate) struct ChildContainment {
     pub(crate) mounts: Vec<BindMount>,
     /// Mounted last, once the protected paths are in place.
     pub(crate) aliases: Vec<AliasMount>,
+    /// `Some`: after the other mounts, bind-mount each `(source, target)` recursively (the
+    /// targets lie in `new_root`, prepared by the parent) and `chroot` into `new_root`;
+    /// `cwd` is then a path inside it.
+    pub(crate) private_root: Option<PrivateRoot>,
     /// The working directory, entered again after the mounts so that it is looked up
     /// through them (a directory entered before would still show the unprotected tree).
     pub(crate) cwd: CString,
@@ -386,6 +401,23 @@ fn contain_child(plan: &ChildContainment) -> io::Result<()> {
                 if libc::mount(null, alias.target.as_ptr(), null, flags, std::ptr::null()) == -1 {
                     return Err(fail(ChildStep::AliasMount));
                 }
+            }
+        }
+        if let Some(private_root) = &plan.private_root {
+            for (source, target) in &private_root.binds {
+                if libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    null,
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ) == -1
+                {
+                    return Err(fail(ChildStep::PrivateRoot));
+                }
+            }
+            if libc::chroot(private_root.new_root.as_ptr()) == -1 {
+                return Err(fail(ChildStep::PrivateRoot));
             }
         }
         if libc::chdir(plan.cwd.as_ptr()) == -1 {

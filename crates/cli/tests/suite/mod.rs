@@ -4,6 +4,7 @@ mod budgets_wire_e2e;
 mod cli_surface;
 mod context_e2e;
 mod crash;
+mod eval_e2e;
 mod exact_e2e;
 mod example;
 mod mcp_e2e;

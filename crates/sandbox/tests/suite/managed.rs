@@ -131,3 +131,58 @@ async fn missing_program_in_managed_mode_is_a_spawn_error_not_a_refusal() {
     let error = run(&spec, SandboxMode::Managed).await.unwrap_err();
     assert!(matches!(error, SandboxError::Spawn { .. }), "{error:?}");
 }
+
+#[tokio::test]
+async fn mapped_dirs_appear_at_their_targets_inside_the_namespace_only() {
+    let dirs = dirs();
+    let tests = dirs.outside.join("tests");
+    let logs = dirs.outside.join("logs");
+    std::fs::create_dir_all(&tests).unwrap();
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(tests.join("t.txt"), "from tests\n").unwrap();
+    std::fs::write(dirs.workspace.join("w.txt"), "from workspace\n").unwrap();
+    let spec = bash(
+        &dirs.workspace,
+        "pwd; cat w.txt /keel-map-tests/t.txt; echo 0.5 > /keel-map-logs/reward.txt; \
+         echo changed > /keel-map-app/w.txt; (echo no > /keel-map-tests/t.txt) 2>/dev/null \
+         || echo tests-read-only",
+    )
+    .workspace(&dirs.workspace)
+    .allow_read(&tests)
+    .allow_write(&logs)
+    .map_dir(&dirs.workspace, "/keel-map-app")
+    .map_dir(&tests, "/keel-map-tests")
+    .map_dir(&logs, "/keel-map-logs");
+    let out = run(&spec, SandboxMode::Managed).await.unwrap();
+    assert!(out.termination.success(), "{out:?}");
+    assert_eq!(
+        out.stdout.text, "/keel-map-app\nfrom workspace\nfrom tests\ntests-read-only\n",
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read_to_string(logs.join("reward.txt")).unwrap(), "0.5\n");
+    assert_eq!(std::fs::read_to_string(dirs.workspace.join("w.txt")).unwrap(), "changed\n");
+    assert_eq!(std::fs::read_to_string(tests.join("t.txt")).unwrap(), "from tests\n");
+    for target in ["/keel-map-app", "/keel-map-tests", "/keel-map-logs"] {
+        assert!(!Path::new(target).exists(), "{target} was created on the host");
+    }
+}
+
+#[tokio::test]
+async fn mapped_dirs_refuse_bypass_and_unusable_targets() {
+    let dirs = dirs();
+    let marker = dirs.workspace.join("ran");
+    let script = format!("touch {}", marker.display());
+    let bypass = bash(&dirs.workspace, &script).map_dir(&dirs.outside, "/keel-map-x");
+    let error = run(&bypass, SandboxMode::Bypass).await.unwrap_err();
+    assert!(matches!(error, SandboxError::Unenforceable { .. }), "{error:?}");
+    for target in ["relative", "/", "/keel-map-x/../etc", "/etc/keel-no-such-dir"] {
+        let spec = bash(&dirs.workspace, &script).map_dir(&dirs.outside, target);
+        let error = run(&spec, SandboxMode::Managed).await.unwrap_err();
+        assert!(matches!(error, SandboxError::Unenforceable { .. }), "{target}: {error:?}");
+    }
+    assert!(!marker.exists(), "nothing ran");
+    // The legitimate neighbour: the same command without a bad mapping runs.
+    let spec = bash(&dirs.workspace, &script).map_dir(&dirs.outside, "/keel-map-x");
+    assert!(run(&spec, SandboxMode::Managed).await.unwrap().termination.success());
+    assert!(marker.exists());
+}

@@ -1,0 +1,3 @@
+mod attempts;
+mod redteam;
+mod support;

@@ -1,0 +1,132 @@
+//! Hostile task folders: names that try to leave the output folder, environment files
+//! that link outside, reward files that are FIFOs or huge. Each is blocked, and a
+//! legitimate neighbour in the same dataset still passes.
+
+use keel_eval::Class;
+
+use super::support::{Lab, TaskBuilder, by_task};
+
+#[tokio::test]
+async fn redteam_eval_task_names_and_links_cannot_reach_outside() {
+    let lab = Lab::new();
+    let dataset = lab.dataset();
+    let secret = lab.scratch.path().join("secret.txt");
+    std::fs::write(&secret, "the host's secret\n").unwrap();
+    // A package name with traversal in task.toml, and a Dockerfile that copies a link to a
+    // file outside the task.
+    let hostile = TaskBuilder::new(&dataset, "hostile")
+        .file("task.toml", "[task]\nname = \"../../../../tmp/keel-eval-pwned\"\n")
+        .file("environment/Dockerfile", "FROM x\nWORKDIR /app\nCOPY secret /app/secret\n");
+    std::os::unix::fs::symlink(&secret, hostile.dir.join("environment/secret")).unwrap();
+    // A link inside a copied folder is refused too.
+    let nested = TaskBuilder::new(&dataset, "nested-link")
+        .file("environment/Dockerfile", "FROM x\nWORKDIR /app\nCOPY data/ /app/data/\n")
+        .file("environment/data/fine.txt", "fine\n");
+    std::os::unix::fs::symlink(&secret, nested.dir.join("environment/data/leak")).unwrap();
+    // A verifier that writes outside /logs through a relative path gets nothing.
+    TaskBuilder::new(&dataset, "neighbour");
+    let (_, records) = lab.run(&dataset, &["oracle"], 1).await;
+    let hostile = by_task(&records, "hostile", "oracle")[0];
+    assert_eq!(hostile.class, Class::InfraError, "{hostile:?}");
+    assert!(hostile.reason.as_deref().unwrap().contains("outside environment/"), "{hostile:?}");
+    let nested = by_task(&records, "nested-link", "oracle")[0];
+    assert_eq!(nested.class, Class::InfraError, "{nested:?}");
+    assert!(nested.reason.as_deref().unwrap().contains("symbolic link"), "{nested:?}");
+    assert!(!std::path::Path::new("/tmp/keel-eval-pwned").exists());
+    // Nothing of the secret reached any workspace; every attempt folder is under --out.
+    for entry in walk(&lab.out()) {
+        assert!(entry.starts_with(lab.out()), "{}", entry.display());
+        if entry.is_file() && !entry.ends_with("eval.sqlite") {
+            let text = std::fs::read(&entry).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&text).contains("the host's secret"),
+                "{}",
+                entry.display()
+            );
+        }
+    }
+    assert_eq!(by_task(&records, "neighbour", "oracle")[0].class, Class::Passed);
+}
+
+#[tokio::test]
+async fn redteam_eval_reward_fifo_or_huge_is_verifier_error_without_hanging() {
+    let lab = Lab::new();
+    let dataset = lab.dataset();
+    TaskBuilder::new(&dataset, "fifo").file("tests/test.sh", "mkfifo /logs/verifier/reward.txt\n");
+    TaskBuilder::new(&dataset, "fifo-json")
+        .file("tests/test.sh", "mkfifo /logs/verifier/reward.json\n");
+    TaskBuilder::new(&dataset, "huge").file(
+        "tests/test.sh",
+        "head -c 2000000 /dev/zero | tr '\\0' 1 > /logs/verifier/reward.txt\n",
+    );
+    TaskBuilder::new(&dataset, "link")
+        .file("tests/test.sh", "ln -s /etc/hostname /logs/verifier/reward.txt\n");
+    TaskBuilder::new(&dataset, "neighbour");
+    let started = std::time::Instant::now();
+    let (_, records) = lab.run(&dataset, &["oracle"], 1).await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "a FIFO must not block");
+    for task in ["fifo", "fifo-json", "huge", "link"] {
+        let record = by_task(&records, task, "oracle")[0];
+        assert_eq!((record.class, record.reward), (Class::VerifierError, None), "{record:?}");
+    }
+    assert_eq!(by_task(&records, "neighbour", "oracle")[0].class, Class::Passed);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return found };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
+}
+
+#[tokio::test]
+async fn redteam_eval_agent_cannot_read_the_verifier_or_the_solution() {
+    let lab = Lab::new();
+    let dataset = lab.dataset();
+    let task = TaskBuilder::new(&dataset, "answer")
+        .file(
+            "tests/test.sh",
+            "# VERIFIER-MARKER\nif [ \"$(cat /app/answer.txt)\" = ok ]; then echo 1; else echo 0; fi \
+             > /logs/verifier/reward.txt\n",
+        )
+        .file("solution/solve.sh", "# SOLUTION-MARKER\necho ok > /app/answer.txt\n");
+    let tests_copy_of = |subject: &str| {
+        lab.out()
+            .join("attempts/answer")
+            .join(keel_eval::experiment::slug(subject))
+            .join("r01-a01/tests/test.sh")
+    };
+    let script_path = lab.scratch.path().join("peek.json");
+    let subject = format!("scripted:{}", script_path.display());
+    let script = serde_json::json!({"steps": [
+        {"tool_calls": [{"name": "bash", "arguments": {"command": format!(
+            "cat {} {} {}; echo peeked",
+            task.dir.join("tests/test.sh").display(),
+            task.dir.join("solution/solve.sh").display(),
+            tests_copy_of(&subject).display(),
+        )}}]},
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": task.dir.join("solution/solve.sh")}}]},
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "answer.txt", "content": "ok\n"}}]},
+        {"text": "Done."}
+    ]});
+    std::fs::write(&script_path, script.to_string()).unwrap();
+    let (_, records) = lab.run(&dataset, &[&subject], 1).await;
+    let record = &records[0];
+    // The legitimate work still passes.
+    assert_eq!(record.class, Class::Passed, "{record:?}");
+    let trajectory = std::fs::read_to_string(record.trajectory.as_deref().unwrap()).unwrap();
+    assert!(trajectory.contains("peeked"), "the command ran: {trajectory}");
+    assert!(!trajectory.contains("VERIFIER-MARKER"), "the verifier leaked: {trajectory}");
+    assert!(!trajectory.contains("SOLUTION-MARKER"), "the solution leaked: {trajectory}");
+    assert!(trajectory.contains("Permission denied"), "cat was refused: {trajectory}");
+    let trajectory: serde_json::Value = serde_json::from_str(&trajectory).unwrap();
+    let read = &trajectory["steps"][2]["observation"]["results"][0];
+    assert_eq!(trajectory["steps"][2]["tool_calls"][0]["function_name"], "read_file");
+    assert_ne!(read["extra"]["outcome"], "ok", "read_file outside the workspace: {read}");
+}
