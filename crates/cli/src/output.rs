@@ -370,6 +370,20 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
             if boundary.network { "on" } else { "off" },
             clip(justification, 200)
         ),
+        EventKind::SkillCatalog { shown, omitted, budget_tokens, diagnostics } => {
+            let mut line =
+                format!("#{seq} skills: {} in the catalog ({budget_tokens} tokens)", shown.len());
+            if !omitted.is_empty() {
+                line.push_str(&format!("; left out for room: {}", clip(&omitted.join(", "), 400)));
+            }
+            for diagnostic in diagnostics {
+                line.push_str(&format!("\n#{seq}   skipped {}", clip(diagnostic, 400)));
+            }
+            line
+        }
+        EventKind::SkillActivated { call_id, name, location, .. } => {
+            format!("#{seq}   skill {call_id}: activated {name} ({})", clip(location, 200))
+        }
         EventKind::GateDecision { call_id, decision, reason, .. } => {
             format!("#{seq}   gate {call_id}: {} ({reason})", serde_plain(decision))
         }

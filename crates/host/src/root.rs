@@ -350,6 +350,8 @@ pub fn resolve(
             rules,
             cancel_poll: Duration::from_millis(250),
             grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
+            // Loaded by `prepare`, which knows whether the workspace is trusted.
+            skills: keel_kernel::Skills::default(),
         },
         permissions,
         context_window,
@@ -611,8 +613,11 @@ pub fn prepare(
     person: Option<Arc<dyn PermissionHook>>,
 ) -> anyhow::Result<Prepared> {
     let config = config::load_merged(home, workspace).map_err(|e| usage(format!("{e:#}")))?;
-    let resolved =
+    let mut resolved =
         resolve(settings, &config, &PriceTable::load(home)?, workspace, session, store, person)?;
+    let denied = resolved.run.rules.denied_paths(&workspace.display().to_string());
+    resolved.run.skills =
+        crate::skills::load(workspace, crate::skills::workspace_trusted(home, workspace), &denied);
     Ok(Prepared { config, resolved })
 }
 

@@ -18,6 +18,46 @@ pub(crate) fn tools() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
+/// `activate_skill(name)`: returns a skill's instructions. Its `name` is an enum of the
+/// run's skills, so the schema itself tells the model every name. Carried out by the
+/// kernel from the run's skills; [`Tool::invoke`] is never reached.
+pub(crate) fn activate_skill(names: &[String]) -> Arc<dyn Tool> {
+    Arc::new(KernelCarried {
+        spec: ToolSpec {
+            name: crate::skills::ACTIVATE_SKILL.to_owned(),
+            description: "Load a skill's instructions (and the list of its files) by name, before                           a task its description in the system prompt fits."
+                .to_owned(),
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": {"name": {"enum": names}},
+                "required": ["name"],
+                "additionalProperties": false
+            }),
+            access: Access::Read,
+            effects: Effects::LOCAL_READ,
+            intrinsic: true,
+            first_party: true,
+        },
+    })
+}
+
+/// An intrinsic tool the kernel carries out itself, from what the run holds.
+#[derive(Debug)]
+struct KernelCarried {
+    spec: ToolSpec,
+}
+
+#[async_trait]
+impl Tool for KernelCarried {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn invoke(&self, _context: &ToolContext, _arguments: &serde_json::Value) -> ToolOutput {
+        ToolOutput::error(format!("error: {} is carried out by the kernel", self.spec.name))
+    }
+}
+
 /// `request_boundary`.
 pub(crate) const REQUEST_BOUNDARY: &str = "request_boundary";
 

@@ -101,6 +101,18 @@ impl CallState<'_> {
     }
 }
 
+/// How many plain reads of one response run at once.
+pub(crate) const MAX_PARALLEL_READS: usize = 8;
+
+/// An admitted call: gated, its prepare durable, ready to be carried out.
+struct Ready {
+    attempt_id: AttemptId,
+    tool: std::sync::Arc<dyn keel_contracts::Tool>,
+    context: ToolContext,
+    failure_key: (String, String),
+    arguments_sha256: String,
+}
+
 struct Call<'c> {
     turn: Option<TurnId>,
     run: Option<RunId>,
@@ -429,6 +441,122 @@ impl<'a> CallState<'a> {
         tool_call: &ToolCall,
         cancel: &Cancellation,
     ) -> Result<()> {
+        let mut ready = None;
+        self.admit(ledger, turn_id, run_id, tool_call, cancel, &mut ready).await?;
+        let Some(ready) = ready else { return Ok(()) };
+        self.carry_out(ledger, turn_id, run_id, tool_call, ready, cancel).await
+    }
+
+    /// How many of `tool_calls`, from the first, may run side by side: plain reads
+    /// (declared `read`, not intrinsic: built-in, MCP), which change nothing another call
+    /// could see. Intrinsic tools touch the run's own state and run alone.
+    pub(crate) fn leading_reads(&self, tool_calls: &[ToolCall]) -> usize {
+        tool_calls
+            .iter()
+            .take_while(|call| {
+                self.registry.get(&call.name).is_some_and(|tool| {
+                    let spec = tool.spec();
+                    spec.access == keel_contracts::Access::Read && !spec.intrinsic
+                })
+            })
+            .count()
+    }
+
+    /// Settles consecutive plain reads of one response side by side (at most
+    /// [`MAX_PARALLEL_READS`] at a time): each is gated and its `tool_attempt_prepared`
+    /// made durable in call order, then the admitted ones run concurrently, and their
+    /// results are recorded in call order. Every call gets exactly one `tool_result`.
+    pub(crate) async fn settle_reads(
+        &mut self,
+        ledger: &mut Ledger,
+        turn_id: TurnId,
+        run_id: RunId,
+        tool_calls: &[ToolCall],
+        cancel: &Cancellation,
+    ) -> Result<Settled> {
+        let mut admitted = Vec::with_capacity(tool_calls.len());
+        for tool_call in tool_calls {
+            if cancel.is_cancelled() {
+                self.answer_cancelled(ledger, turn_id, run_id, tool_call).await?;
+                admitted.push(None);
+                continue;
+            }
+            let mut ready = None;
+            self.admit(ledger, turn_id, run_id, tool_call, cancel, &mut ready).await?;
+            admitted.push(ready);
+        }
+        let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_READS));
+        let running: Vec<Option<(Ready, AbortOnDrop)>> = admitted
+            .into_iter()
+            .zip(tool_calls)
+            .map(|(ready, tool_call)| {
+                let ready = ready?;
+                let (tool, context) = (ready.tool.clone(), ready.context.clone());
+                let arguments = tool_call.arguments.clone();
+                let permits = permits.clone();
+                let task = AbortOnDrop(tokio::spawn(async move {
+                    // The semaphore is never closed; without a permit the read still runs.
+                    let _permit = permits.acquire_owned().await.ok();
+                    tool.invoke(&context, &arguments).await
+                }));
+                let failpoints = self.failpoints.clone();
+                tokio::spawn(async move { failpoints.hit(Failpoint::MidTool).await });
+                Some((ready, task))
+            })
+            .collect();
+        for (slot, tool_call) in running.into_iter().zip(tool_calls) {
+            let Some((ready, task)) = slot else { continue };
+            let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call };
+            let attempt = Some(ready.attempt_id);
+            if self.out_of_time {
+                call.result(
+                    ledger,
+                    attempt,
+                    Outcome::Cancelled,
+                    STOPPED_EARLY_WHILE_RUNNING.into(),
+                )
+                .await?;
+                continue;
+            }
+            let output = tokio::select! {
+                joined = task.join() => match joined {
+                    Ok(output) => output,
+                    Err(error) => ToolOutput::error(format!("error: the tool failed unexpectedly: {error}")),
+                },
+                () = cancel.cancelled() => {
+                    call.result(ledger, attempt, Outcome::Cancelled, CANCELLED_WHILE_RUNNING.into())
+                        .await?;
+                    continue;
+                }
+                () = until(self.deadline) => {
+                    self.out_of_time = true;
+                    call.result(ledger, attempt, Outcome::Cancelled, STOPPED_EARLY_WHILE_RUNNING.into())
+                        .await?;
+                    continue;
+                }
+            };
+            if output.outcome == Outcome::Error {
+                *self.failures.entry(ready.failure_key).or_insert(0) += 1;
+            }
+            self.failpoints.hit(Failpoint::BeforeResult).await;
+            call.output(ledger, attempt, output).await?;
+            self.failpoints.hit(Failpoint::AfterResult).await;
+        }
+        Ok(if std::mem::take(&mut self.out_of_time) { Settled::OutOfTime } else { Settled::Done })
+    }
+
+    /// Resolves, validates and gates a call, then makes its `tool_attempt_prepared`
+    /// durable; `ready` is then what carrying it out needs. Without `ready`, the call's
+    /// `tool_result` is recorded (an error, a refusal, a cancel).
+    async fn admit(
+        &mut self,
+        ledger: &mut Ledger,
+        turn_id: TurnId,
+        run_id: RunId,
+        tool_call: &ToolCall,
+        cancel: &Cancellation,
+        ready: &mut Option<Ready>,
+    ) -> Result<()> {
         let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call };
         let name = tool_call.name.as_str();
 
@@ -583,9 +711,48 @@ impl<'a> CallState<'a> {
             denied_paths: self.denied_paths.clone(),
             write_denied_paths: self.write_denied_paths.clone(),
         };
+        *ready = Some(Ready { attempt_id, tool, context, failure_key, arguments_sha256 });
+        Ok(())
+    }
+
+    /// Carries out an admitted call (its prepare is durable) and records its result.
+    async fn carry_out(
+        &mut self,
+        ledger: &mut Ledger,
+        turn_id: TurnId,
+        run_id: RunId,
+        tool_call: &ToolCall,
+        ready: Ready,
+        cancel: &Cancellation,
+    ) -> Result<()> {
+        let Ready { attempt_id, tool, context, failure_key, arguments_sha256 } = ready;
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call };
+        let name = tool_call.name.as_str();
+        let spec = tool.spec();
         if spec.intrinsic && name == REQUEST_BOUNDARY {
             let output = self.negotiate_boundary(ledger, &call, &arguments_sha256, cancel).await?;
             let Some(output) = output else { return Ok(()) };
+            return call.output(ledger, Some(attempt_id), output).await;
+        }
+        if spec.intrinsic && name == crate::skills::ACTIVATE_SKILL {
+            let wanted = tool_call.arguments.get("name").and_then(|n| n.as_str()).unwrap_or("");
+            let output = match crate::skills::activate(&self.run.skills, wanted) {
+                Ok((skill, text)) => {
+                    ledger.stage(
+                        call.turn,
+                        call.run,
+                        EventKind::SkillActivated {
+                            call_id: tool_call.call_id.clone(),
+                            name: skill.name.clone(),
+                            location: skill.location.clone(),
+                            body_sha256: keel_contracts::sha256_hex(skill.body.as_bytes()),
+                            text: text.clone(),
+                        },
+                    );
+                    ToolOutput::ok(text)
+                }
+                Err(output) => output,
+            };
             return call.output(ledger, Some(attempt_id), output).await;
         }
         if spec.intrinsic && name == READ_TOOL_RESULT {
