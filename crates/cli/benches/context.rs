@@ -111,6 +111,7 @@ fn tokens_sent_over_a_50_step_task() {
         cancel_poll: Duration::from_secs(3600),
         grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
         skills: keel_kernel::Skills::default(),
+        output_schema: None,
     };
     let naive = runtime.block_on(async {
         let session = kernel

@@ -136,6 +136,10 @@ pub struct RunConfig {
     pub grant_ttl: Duration,
     /// The skills the agent may activate (a catalog in the system prompt).
     pub skills: Skills,
+    /// A JSON Schema the final answer must match (`--output-schema`): the run offers the
+    /// intrinsic `submit`, whose parameters are this schema, and completes with the first
+    /// valid submission, as JSON text. `None`: a tool-free answer completes the run.
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// How a turn's run ended. The ledger holds the matching terminal event.

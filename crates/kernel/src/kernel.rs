@@ -303,6 +303,14 @@ impl Kernel {
             prompt.push_str("\n\n");
             prompt.push_str(catalog.text.trim_end());
         }
+        if config.output_schema.is_some() {
+            prompt.push_str(
+                "\n\n# Final answer\n\nThis run needs its answer in a fixed shape: when the task \
+                 is done, call `submit` with the answer as its arguments (they must match its \
+                 schema). The run ends with the first valid submission; if it is invalid you are \
+                 told what is wrong, so fix it and submit again.",
+            );
+        }
         prompt
     }
 
@@ -317,6 +325,9 @@ impl Kernel {
             let names: Vec<String> =
                 config.skills.skills.iter().map(|skill| skill.name.clone()).collect();
             run_tools.push(crate::intrinsic::activate_skill(&names));
+        }
+        if let Some(schema) = &config.output_schema {
+            run_tools.push(crate::intrinsic::submit(schema));
         }
         self.registry.with_run_tools(run_tools)
     }
@@ -736,7 +747,10 @@ impl Kernel {
             if tool_calls.is_empty() {
                 break match finish_reason {
                     FinishReason::Stop | FinishReason::ToolCalls | FinishReason::Other(_) => {
-                        TurnOutcome::Completed { text }
+                        match &config.output_schema {
+                            None => TurnOutcome::Completed { text },
+                            Some(schema) => crate::intrinsic::text_answer(schema, &text),
+                        }
                     }
                     FinishReason::Length => TurnOutcome::Failed {
                         reason: "the model's answer was cut off by its output limit \
@@ -787,11 +801,15 @@ impl Kernel {
             }
             // What children spent counts against this run.
             let child_spent = calls.take_child_spent();
+            let submitted = calls.take_submitted();
             usage.absorb(&child_spent);
             spent.tokens += child_spent.tokens();
             spent.cost_usd += child_spent.cost_usd.unwrap_or(0.0);
             if let Some(reason) = denied {
                 break TurnOutcome::Denied { reason };
+            }
+            if let Some(answer) = submitted {
+                break TurnOutcome::Completed { text: answer };
             }
             if out_of_time {
                 let max = config.budget.max_time.unwrap_or_default().as_millis();

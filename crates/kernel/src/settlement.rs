@@ -92,6 +92,8 @@ pub(crate) struct CallState<'a> {
     denied: Option<String>,
     /// Failed attempts per (tool, arguments digest), for blocking identical repeats.
     failures: BTreeMap<(String, String), u32>,
+    /// The final answer a valid `submit` handed in, as JSON text.
+    submitted: Option<String>,
 }
 
 impl CallState<'_> {
@@ -218,6 +220,7 @@ impl<'a> CallState<'a> {
             negotiated_this_step: false,
             denied: None,
             failures: BTreeMap::new(),
+            submitted: None,
         }
     }
 
@@ -401,6 +404,11 @@ impl<'a> CallState<'a> {
     /// Why the turn must end now (a denied boundary request), if it must.
     pub(crate) fn take_denial(&mut self) -> Option<String> {
         self.denied.take()
+    }
+
+    /// The final answer handed in through `submit` in this step, if any (the run ends).
+    pub(crate) fn take_submitted(&mut self) -> Option<String> {
+        self.submitted.take()
     }
 
     /// What sub-agents spent since the last call of this.
@@ -732,6 +740,21 @@ impl<'a> CallState<'a> {
         if spec.intrinsic && name == REQUEST_BOUNDARY {
             let output = self.negotiate_boundary(ledger, &call, &arguments_sha256, cancel).await?;
             let Some(output) = output else { return Ok(()) };
+            return call.output(ledger, Some(attempt_id), output).await;
+        }
+        if spec.intrinsic && name == crate::intrinsic::SUBMIT {
+            // The arguments matched the schema (validated like every call's): the answer.
+            let output = match (&self.run.output_schema, &self.submitted) {
+                (Some(_), Some(_)) => ToolOutput::error(
+                    "error: an answer was already submitted in this response; only the first counts",
+                ),
+                (Some(schema), None) => {
+                    let answer = crate::intrinsic::submitted_answer(schema, &tool_call.arguments);
+                    self.submitted = Some(serde_json::to_string(&answer).unwrap_or_default());
+                    ToolOutput::ok("submitted: the answer matches the schema; the run ends")
+                }
+                (None, _) => ToolOutput::error("error: this run takes no submission"),
+            };
             return call.output(ledger, Some(attempt_id), output).await;
         }
         if spec.intrinsic && name == crate::skills::ACTIVATE_SKILL {

@@ -108,6 +108,7 @@ pub(crate) struct Harness {
     pub(crate) extra_tools: Vec<Arc<dyn Tool>>,
     pub(crate) instructions: Vec<Instruction>,
     pub(crate) skills: keel_kernel::Skills,
+    pub(crate) output_schema: Option<serde_json::Value>,
     pub(crate) rules: PermissionRules,
     pub(crate) ids: Arc<SeqIds>,
     pub(crate) clock: Arc<FakeClock>,
@@ -130,6 +131,7 @@ impl Harness {
             extra_tools: Vec::new(),
             instructions: Vec::new(),
             skills: keel_kernel::Skills::default(),
+            output_schema: None,
             rules: PermissionRules::default(),
             ids: Arc::new(SeqIds::new()),
             clock: Arc::new(FakeClock::new()),
@@ -208,6 +210,7 @@ impl Harness {
             cancel_poll: Duration::from_millis(50),
             grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
             skills: self.skills.clone(),
+            output_schema: self.output_schema.clone(),
         }
     }
 
