@@ -108,7 +108,8 @@ fn malformed_skills_are_skipped_with_a_diagnostic_and_the_rest_load() {
         "bad-metadata",
         b"---\nname: bad-metadata\ndescription: x\nmetadata: [1, 2]\n---\n",
     );
-    let huge = format!("{}{}", valid("huge"), "x".repeat(MAX_SKILL_BYTES as usize));
+    let huge =
+        format!("{}{}", valid("huge"), "x".repeat(usize::try_from(MAX_SKILL_BYTES).unwrap()));
     write_skill(root, "huge", huge.as_bytes());
     let mut non_utf8 = valid("non-utf8").into_bytes();
     non_utf8.extend_from_slice(&[0xff, 0xfe, 0x80]);

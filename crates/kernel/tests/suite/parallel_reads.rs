@@ -140,7 +140,7 @@ async fn four_reads_run_side_by_side_and_results_are_recorded_in_call_order() {
         .map(|e| e.kind.name())
         .filter(|k| matches!(*k, "gate_decision" | "tool_attempt_prepared" | "tool_result"))
         .collect();
-    let mut expected = vec!["gate_decision", "tool_attempt_prepared"].repeat(4);
+    let mut expected = ["gate_decision", "tool_attempt_prepared"].repeat(4);
     expected.extend(["tool_result"; 4]);
     assert_eq!(kinds, expected);
 }
