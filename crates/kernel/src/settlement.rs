@@ -119,7 +119,20 @@ struct Call<'c> {
     turn: Option<TurnId>,
     run: Option<RunId>,
     call: &'c ToolCall,
+    /// Where the result goes instead of the ledger while side-by-side reads run, so it is
+    /// recorded in call order after the results of the calls before it.
+    hold: Option<&'c Held>,
 }
+
+/// What admitting a call gave: what carrying it out needs (`None`: it was answered), and
+/// where an answer goes instead of the ledger (side-by-side reads).
+struct Admission<'h> {
+    ready: Option<Ready>,
+    hold: Option<&'h Held>,
+}
+
+/// A result held back: the attempt (if any) and the output.
+type Held = std::sync::Mutex<Option<(Option<AttemptId>, ToolOutput)>>;
 
 impl Call<'_> {
     async fn result(
@@ -139,6 +152,11 @@ impl Call<'_> {
         attempt_id: Option<AttemptId>,
         output: ToolOutput,
     ) -> Result<()> {
+        if let Some(hold) = self.hold {
+            *hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((attempt_id, output));
+            return Ok(());
+        }
         let ToolOutput { outcome, content, raw } = output;
         let bytes = content.len() as u64;
         // Staged: durable with the next commit (the next model request, prepare, prompt or
@@ -232,7 +250,7 @@ impl<'a> CallState<'a> {
         run_id: RunId,
         call: &ToolCall,
     ) -> Result<()> {
-        let call = Call { turn: Some(turn_id), run: Some(run_id), call };
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call, hold: None };
         call.result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into()).await
     }
 
@@ -424,7 +442,7 @@ impl<'a> CallState<'a> {
         run_id: RunId,
         call: &ToolCall,
     ) -> Result<()> {
-        let call = Call { turn: Some(turn_id), run: Some(run_id), call };
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call, hold: None };
         call.result(ledger, None, Outcome::Cancelled, STOPPED_EARLY.into()).await
     }
 
@@ -449,9 +467,9 @@ impl<'a> CallState<'a> {
         tool_call: &ToolCall,
         cancel: &Cancellation,
     ) -> Result<()> {
-        let mut ready = None;
-        self.admit(ledger, turn_id, run_id, tool_call, cancel, &mut ready).await?;
-        let Some(ready) = ready else { return Ok(()) };
+        let mut admission = Admission { ready: None, hold: None };
+        self.admit(ledger, turn_id, run_id, tool_call, cancel, &mut admission).await?;
+        let Some(ready) = admission.ready else { return Ok(()) };
         self.carry_out(ledger, turn_id, run_id, tool_call, ready, cancel).await
     }
 
@@ -482,16 +500,26 @@ impl<'a> CallState<'a> {
         tool_calls: &[ToolCall],
         cancel: &Cancellation,
     ) -> Result<Settled> {
+        // A call answered at its gate (refused, cancelled) is held back and recorded in
+        // its place, after the results of the reads before it.
+        let held: Vec<Held> = tool_calls.iter().map(|_| Held::default()).collect();
         let mut admitted = Vec::with_capacity(tool_calls.len());
-        for tool_call in tool_calls {
+        for (tool_call, hold) in tool_calls.iter().zip(&held) {
             if cancel.is_cancelled() {
-                self.answer_cancelled(ledger, turn_id, run_id, tool_call).await?;
+                *hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((
+                    None,
+                    ToolOutput {
+                        outcome: Outcome::Cancelled,
+                        content: CANCELLED_BEFORE_RUN.into(),
+                        raw: None,
+                    },
+                ));
                 admitted.push(None);
                 continue;
             }
-            let mut ready = None;
-            self.admit(ledger, turn_id, run_id, tool_call, cancel, &mut ready).await?;
-            admitted.push(ready);
+            let mut admission = Admission { ready: None, hold: Some(hold) };
+            self.admit(ledger, turn_id, run_id, tool_call, cancel, &mut admission).await?;
+            admitted.push(admission.ready);
         }
         let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_READS));
         let running: Vec<Option<(Ready, AbortOnDrop)>> = admitted
@@ -512,9 +540,15 @@ impl<'a> CallState<'a> {
                 Some((ready, task))
             })
             .collect();
-        for (slot, tool_call) in running.into_iter().zip(tool_calls) {
-            let Some((ready, task)) = slot else { continue };
-            let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call };
+        for ((slot, tool_call), hold) in running.into_iter().zip(tool_calls).zip(held) {
+            let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold: None };
+            let Some((ready, task)) = slot else {
+                let answered = hold.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some((attempt, output)) = answered {
+                    call.output(ledger, attempt, output).await?;
+                }
+                continue;
+            };
             let attempt = Some(ready.attempt_id);
             if self.out_of_time {
                 call.result(
@@ -554,7 +588,7 @@ impl<'a> CallState<'a> {
     }
 
     /// Resolves, validates and gates a call, then makes its `tool_attempt_prepared`
-    /// durable; `ready` is then what carrying it out needs. Without `ready`, the call's
+    /// durable; `admission.ready` is then what carrying it out needs. Without it, the call's
     /// `tool_result` is recorded (an error, a refusal, a cancel).
     async fn admit(
         &mut self,
@@ -563,9 +597,10 @@ impl<'a> CallState<'a> {
         run_id: RunId,
         tool_call: &ToolCall,
         cancel: &Cancellation,
-        ready: &mut Option<Ready>,
+        admission: &mut Admission<'_>,
     ) -> Result<()> {
-        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call };
+        let hold = admission.hold;
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold };
         let name = tool_call.name.as_str();
 
         // Identical failing calls are blocked whatever made them fail: an unknown tool and
@@ -719,7 +754,7 @@ impl<'a> CallState<'a> {
             denied_paths: self.denied_paths.clone(),
             write_denied_paths: self.write_denied_paths.clone(),
         };
-        *ready = Some(Ready { attempt_id, tool, context, failure_key, arguments_sha256 });
+        admission.ready = Some(Ready { attempt_id, tool, context, failure_key, arguments_sha256 });
         Ok(())
     }
 
@@ -734,7 +769,7 @@ impl<'a> CallState<'a> {
         cancel: &Cancellation,
     ) -> Result<()> {
         let Ready { attempt_id, tool, context, failure_key, arguments_sha256 } = ready;
-        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call };
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold: None };
         let name = tool_call.name.as_str();
         let spec = tool.spec();
         if spec.intrinsic && name == REQUEST_BOUNDARY {

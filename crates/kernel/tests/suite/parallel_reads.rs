@@ -179,14 +179,13 @@ async fn a_denied_read_among_parallel_reads_is_refused_alone() {
     let calls = [call("peek", "a", 100), call("peek", "secret", 100), call("peek", "c", 100)];
     let (report, _) = harness.run(&script(&calls, &["ok", "refused", "ok"]), "read").await;
     assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() });
-    // The model got the results in call order (the script's `last_outcomes` checked
-    // ok, refused, ok). The refusal is recorded at its gate, before the reads ran; the
-    // results of the reads that ran are recorded in call order.
+    // Recorded in call order too: the refusal, answered at its gate, is held back until
+    // the read before it has its result.
     let events = harness.events(report.session_id).await;
     let results = results(&events);
     assert_eq!(results.len(), 3);
-    assert_eq!(results[0].1, Outcome::Refused);
-    assert_eq!((results[1].1, results[1].2.as_str()), (Outcome::Ok, "peek a"));
+    assert_eq!((results[0].1, results[0].2.as_str()), (Outcome::Ok, "peek a"));
+    assert_eq!(results[1].1, Outcome::Refused);
     assert_eq!((results[2].1, results[2].2.as_str()), (Outcome::Ok, "peek c"));
     // The denied read never ran; its neighbours ran side by side.
     assert!(!timeline.lock().unwrap().iter().any(|(_, path, _, _)| path == "secret"));
@@ -194,7 +193,7 @@ async fn a_denied_read_among_parallel_reads_is_refused_alone() {
     // It was refused at its gate, with no attempt prepared.
     let refused_attempts = events
         .iter()
-        .filter(|e| matches!(&e.kind, EventKind::ToolAttemptPrepared { call_id, .. } if call_id.to_string() == results[0].0))
+        .filter(|e| matches!(&e.kind, EventKind::ToolAttemptPrepared { call_id, .. } if call_id.to_string() == results[1].0))
         .count();
     assert_eq!(refused_attempts, 0);
 }
