@@ -10,6 +10,7 @@ mod group_commit;
 mod leases;
 mod long_sessions;
 mod outbox;
+mod output_schema;
 mod parallel_reads;
 mod recovery;
 mod repeats;
