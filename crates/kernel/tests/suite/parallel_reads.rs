@@ -197,3 +197,63 @@ async fn a_denied_read_among_parallel_reads_is_refused_alone() {
         .count();
     assert_eq!(refused_attempts, 0);
 }
+
+#[tokio::test]
+async fn a_crash_while_reads_run_side_by_side_leaves_them_indeterminate_never_replayed() {
+    let harness = Harness::new();
+    // `read` answers at once, `nap` sleeps 60 s; the write after them never starts.
+    let script = r#"{"steps":[
+        {"tool_calls":[{"name":"read","arguments":{"path":"a"}},{"name":"nap","arguments":{"path":"b"}},
+                       {"name":"nap","arguments":{"path":"c"}},{"name":"write","arguments":{"path":"d"}}]},
+        {"text":"after"}
+    ]}"#;
+    let kernel = harness.kernel(script);
+    let session = harness.session(&kernel).await;
+    let never = keel_kernel::Cancellation::new();
+    let config = harness.run_config();
+    let driving = kernel.run_turn(session, "go", &config, &never);
+    // The process "dies" while the naps run: the driving future is dropped.
+    assert!(tokio::time::timeout(Duration::from_secs(1), driving).await.is_err());
+    let before = harness.events(session).await;
+    // Each read's prepare was durable before any read ran.
+    let prepared =
+        before.iter().filter(|e| matches!(e.kind, EventKind::ToolAttemptPrepared { .. })).count();
+    assert_eq!(prepared, 3);
+    assert!(!before.iter().any(|e| matches!(e.kind, EventKind::ToolResult { .. })));
+
+    let report = kernel
+        .run_turn(
+            session,
+            "resume please",
+            &harness.run_config(),
+            &keel_kernel::Cancellation::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "after".into() });
+    let after = harness.events(session).await;
+    assert_eq!(&after[..before.len()], &before[..]);
+    let outcomes: Vec<Outcome> = after
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolResult { outcome, .. } => Some(*outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            Outcome::Indeterminate,
+            Outcome::Indeterminate,
+            Outcome::Indeterminate,
+            Outcome::Cancelled
+        ]
+    );
+    let mut invocations = harness.invocations();
+    invocations.sort();
+    assert_eq!(
+        invocations,
+        vec![r#"nap {"path":"b"}"#, r#"nap {"path":"c"}"#, r#"read {"path":"a"}"#],
+        "nothing was replayed, the write never ran"
+    );
+}
