@@ -144,12 +144,14 @@ impl Observer for Printer {
 /// command began, for `duration_ms`.
 ///
 /// When the view was shown (`view_shown`), its closing line already said how the run
-/// ended, so only what to do next is added.
+/// ended, so only what to do next is added. With an output schema (`structured`), the JSON
+/// object also carries the answer parsed, as `structured_output`.
 pub(crate) fn finish(
     report: &RunReport,
     format: OutputFormat,
     view_shown: bool,
     started_at: DateTime<Utc>,
+    structured: bool,
 ) -> u8 {
     use crate::app::exit;
     let (status, result, reason) = match &report.outcome {
@@ -190,6 +192,11 @@ pub(crate) fn finish(
                 "cost_usd": report.usage.cost_usd,
                 "duration_ms": duration_ms,
             });
+            let mut object = object;
+            if structured && let TurnOutcome::Completed { text } = &report.outcome {
+                object["structured_output"] =
+                    serde_json::from_str(text).unwrap_or(serde_json::Value::Null);
+            }
             outln!("{object}");
             return status;
         }

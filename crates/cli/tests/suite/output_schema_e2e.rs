@@ -43,6 +43,16 @@ fn a_valid_submission_is_the_answer_printed_as_json() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let answer: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     assert_eq!(answer, serde_json::json!({"title": "crash on start", "severity": "high"}));
+
+    // `--output-format json`: the one object carries the answer parsed as well.
+    let output = run(&env, script, &["--output-format", "json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let object: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_eq!(
+        object["structured_output"],
+        serde_json::json!({"title": "crash on start", "severity": "high"})
+    );
+    assert_eq!(object["outcome"], "completed");
 }
 
 #[test]
