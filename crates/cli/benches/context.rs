@@ -110,6 +110,8 @@ fn tokens_sent_over_a_50_step_task() {
         rules: Default::default(),
         cancel_poll: Duration::from_secs(3600),
         grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
+        skills: keel_kernel::Skills::default(),
+        output_schema: None,
     };
     let naive = runtime.block_on(async {
         let session = kernel
@@ -209,6 +211,7 @@ fn session(events_wanted: usize, compacted: bool) -> Vec<RuntimeEvent> {
                 failures: None,
                 summary: "summary".into(),
                 carried: CarriedContext {
+                    skills: Vec::new(),
                     inputs: vec!["the task".into()],
                     plan: None,
                     files: Vec::new(),

@@ -196,6 +196,8 @@ fn run(steps: usize, window: Option<u64>) -> (Vec<Instant>, u64) {
         rules: Default::default(),
         cancel_poll: Duration::from_secs(3600),
         grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
+        skills: keel_kernel::Skills::default(),
+        output_schema: None,
     };
     runtime.block_on(async {
         let session = kernel

@@ -91,6 +91,8 @@ fn config(max_steps: Option<u32>) -> RunConfig {
         rules: Default::default(),
         cancel_poll: Duration::from_secs(3600),
         grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
+        skills: keel_kernel::Skills::default(),
+        output_schema: None,
     }
 }
 

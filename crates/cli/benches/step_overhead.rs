@@ -74,6 +74,8 @@ fn run_config() -> RunConfig {
         rules: Default::default(),
         cancel_poll: Duration::from_secs(3600),
         grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
+        skills: keel_kernel::Skills::default(),
+        output_schema: None,
     }
 }
 

@@ -168,6 +168,7 @@ fn settings(options: &RunOptions) -> RunSettings {
         max_cost_usd: options.max_cost_usd,
         max_time: options.max_time.clone(),
         context_window: options.context_window,
+        output_schema: options.output_schema.clone(),
     }
 }
 
@@ -262,7 +263,8 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let cancel = cancel_on_ctrl_c();
     let report = kernel.run_turn(session_id, &task, &resolved.run, &cancel).await;
     outbox.finish().await;
-    Ok(output::finish(&report?, options.format(), shows_view(&options), started_at))
+    let structured = options.output_schema.is_some();
+    Ok(output::finish(&report?, options.format(), shows_view(&options), started_at, structured))
 }
 
 pub(crate) async fn resolve_session(
@@ -345,7 +347,8 @@ async fn resume(
         }
     };
     outbox.finish().await;
-    Ok(output::finish(&report?, options.format(), shows_view(&options), started_at))
+    let structured = options.output_schema.is_some();
+    Ok(output::finish(&report?, options.format(), shows_view(&options), started_at, structured))
 }
 
 async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> anyhow::Result<u8> {

@@ -292,6 +292,9 @@ pub(crate) struct RunOptions {
     /// Override the model's context window, in tokens.
     #[arg(long, value_name = "TOKENS")]
     pub(crate) context_window: Option<u64>,
+    /// A JSON Schema file the final answer must match; the answer is printed as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) output_schema: Option<PathBuf>,
 }
 
 impl RunOptions {

@@ -144,12 +144,14 @@ impl Observer for Printer {
 /// command began, for `duration_ms`.
 ///
 /// When the view was shown (`view_shown`), its closing line already said how the run
-/// ended, so only what to do next is added.
+/// ended, so only what to do next is added. With an output schema (`structured`), the JSON
+/// object also carries the answer parsed, as `structured_output`.
 pub(crate) fn finish(
     report: &RunReport,
     format: OutputFormat,
     view_shown: bool,
     started_at: DateTime<Utc>,
+    structured: bool,
 ) -> u8 {
     use crate::app::exit;
     let (status, result, reason) = match &report.outcome {
@@ -190,6 +192,11 @@ pub(crate) fn finish(
                 "cost_usd": report.usage.cost_usd,
                 "duration_ms": duration_ms,
             });
+            let mut object = object;
+            if structured && let TurnOutcome::Completed { text } = &report.outcome {
+                object["structured_output"] =
+                    serde_json::from_str(text).unwrap_or(serde_json::Value::Null);
+            }
             outln!("{object}");
             return status;
         }
@@ -370,6 +377,20 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
             if boundary.network { "on" } else { "off" },
             clip(justification, 200)
         ),
+        EventKind::SkillCatalog { shown, omitted, budget_tokens, diagnostics } => {
+            let mut line =
+                format!("#{seq} skills: {} in the catalog ({budget_tokens} tokens)", shown.len());
+            if !omitted.is_empty() {
+                line.push_str(&format!("; left out for room: {}", clip(&omitted.join(", "), 400)));
+            }
+            for diagnostic in diagnostics {
+                line.push_str(&format!("\n#{seq}   skipped {}", clip(diagnostic, 400)));
+            }
+            line
+        }
+        EventKind::SkillActivated { call_id, name, location, .. } => {
+            format!("#{seq}   skill {call_id}: activated {name} ({})", clip(location, 200))
+        }
         EventKind::GateDecision { call_id, decision, reason, .. } => {
             format!("#{seq}   gate {call_id}: {} ({reason})", serde_plain(decision))
         }

@@ -348,7 +348,24 @@ impl View {
                 self.tool_lines(tool, &call, *outcome, content, duration, out);
                 self.activity = Some("thinking".to_owned());
             }
-            EventKind::ShadowIntent { .. } => {}
+            EventKind::ShadowIntent { .. } | EventKind::SkillActivated { .. } => {}
+            EventKind::SkillCatalog { omitted, diagnostics, .. } => {
+                if !omitted.is_empty() {
+                    out.push(progress(format!(
+                        "  {} skills catalog: {} left out for room ({})",
+                        paint.yellow("⚠"),
+                        omitted.len(),
+                        one_line(&omitted.join(", "), 200)
+                    )));
+                }
+                if !diagnostics.is_empty() {
+                    out.push(progress(format!(
+                        "  {} {} skill(s) skipped (see `keel log`)",
+                        paint.yellow("⚠"),
+                        diagnostics.len()
+                    )));
+                }
+            }
             EventKind::RunCompleted { usage, .. } => {
                 self.run_end(event, paint.green("✓"), "completed".to_owned(), usage, out);
             }

@@ -249,6 +249,21 @@ pub struct CarriedContext {
     pub plan: Option<serde_json::Value>,
     /// Files the covered tool calls named (`path` arguments), in first-use order.
     pub files: Vec<String>,
+    /// Skills activated in the covered range (`skill_activated`), in first-activation
+    /// order, each with the text its activation returned, so an activated skill survives
+    /// compaction.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<ActivatedSkill>,
+}
+
+/// A skill the agent activated, as a compaction carries it forward.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivatedSkill {
+    /// The skill's name.
+    pub name: String,
+    /// What `activate_skill` returned to the model (the body, fenced when it came with the
+    /// workspace).
+    pub text: String,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -522,6 +537,35 @@ pub enum EventKind {
         /// The agent's justification, as shown to the user.
         justification: String,
     },
+    /// The skills catalog of a run's system prompt (Agent Skills), recorded when the run
+    /// has skills or skipped any: which skills the catalog names, which it left out for
+    /// its budget, and why a skill found on disk was not loaded.
+    SkillCatalog {
+        /// Names in the catalog, in order.
+        shown: Vec<String>,
+        /// Names left out because the catalog's budget ran out (still activatable).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        omitted: Vec<String>,
+        /// The catalog's budget in tokens (scaled to the context window).
+        budget_tokens: u64,
+        /// Skills that were skipped, each with where and why.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        diagnostics: Vec<String>,
+    },
+    /// The agent activated a skill (`activate_skill`): its body is in the result that
+    /// follows, and in this event, so compaction carries it forward.
+    SkillActivated {
+        /// The `activate_skill` call.
+        call_id: ToolCallId,
+        /// The skill.
+        name: String,
+        /// Where its SKILL.md was read from.
+        location: String,
+        /// SHA-256 of the body as read.
+        body_sha256: String,
+        /// What the activation returned to the model.
+        text: String,
+    },
     /// A tool is about to be invoked. Committed durably before any effect.
     ToolAttemptPrepared {
         /// The call.
@@ -667,6 +711,8 @@ impl EventKind {
             EventKind::RunCancelled { .. } => "run_cancelled",
             EventKind::RunDenied { .. } => "run_denied",
             EventKind::BoundaryRevised { .. } => "boundary_revised",
+            EventKind::SkillCatalog { .. } => "skill_catalog",
+            EventKind::SkillActivated { .. } => "skill_activated",
         }
     }
 
@@ -702,6 +748,8 @@ impl EventKind {
             | EventKind::ToolAttemptPrepared { .. }
             | EventKind::ToolResult { .. }
             | EventKind::ShadowIntent { .. }
+            | EventKind::SkillCatalog { .. }
+            | EventKind::SkillActivated { .. }
             | EventKind::BoundaryRevised { .. } => false,
         }
     }

@@ -46,8 +46,9 @@ pub use envelope::{
     authorize_tool_invocation, effects_require_consent, executes_in_shadow, requires_consent,
 };
 pub use event::{
-    ApprovalMode, Boundary, CarriedContext, Decision, DigestChain, EventKind, Evidence,
-    FailureCount, Lineage, PermissionAnswer, RuntimeEvent, SandboxMode, TurnFailures, UsageTotals,
+    ActivatedSkill, ApprovalMode, Boundary, CarriedContext, Decision, DigestChain, EventKind,
+    Evidence, FailureCount, Lineage, PermissionAnswer, RuntimeEvent, SandboxMode, TurnFailures,
+    UsageTotals,
 };
 pub use exact::{
     ExactText, RawBytes, escape_into, escape_note, incomplete_suffix_len, orphan_prefix_len,

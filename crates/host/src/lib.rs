@@ -26,6 +26,7 @@ pub mod provider;
 pub mod root;
 pub mod safe_read;
 pub mod serve;
+pub mod skills;
 pub mod terminal;
 pub mod tokens;
 pub mod trust;

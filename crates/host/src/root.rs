@@ -54,6 +54,8 @@ pub struct RunSettings {
     pub max_time: Option<String>,
     /// The model's context window in tokens, overriding the known one.
     pub context_window: Option<u64>,
+    /// `--output-schema FILE`: a JSON Schema the final answer must match.
+    pub output_schema: Option<PathBuf>,
 }
 
 /// The ledger: PostgreSQL when `KEEL_DATABASE_URL` is set (a `postgres://` URL), else the
@@ -350,6 +352,9 @@ pub fn resolve(
             rules,
             cancel_poll: Duration::from_millis(250),
             grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
+            // Loaded by `prepare`, which knows whether the workspace is trusted.
+            skills: keel_kernel::Skills::default(),
+            output_schema: None,
         },
         permissions,
         context_window,
@@ -638,9 +643,32 @@ pub fn prepare(
     person: Option<Arc<dyn PermissionHook>>,
 ) -> anyhow::Result<Prepared> {
     let config = config::load_merged(home, workspace).map_err(|e| usage(format!("{e:#}")))?;
-    let resolved =
+    let mut resolved =
         resolve(settings, &config, &PriceTable::load(home)?, workspace, session, store, person)?;
+    let denied = resolved.run.rules.denied_paths(&workspace.display().to_string());
+    resolved.run.skills =
+        crate::skills::load(workspace, crate::skills::workspace_trusted(home, workspace), &denied);
+    if let Some(path) = &settings.output_schema {
+        resolved.run.output_schema = Some(output_schema(path)?);
+    }
     Ok(Prepared { config, resolved })
+}
+
+/// The JSON Schema in `path`, checked to compile.
+///
+/// # Errors
+///
+/// A [`usage`] error when the file cannot be read, is not JSON or is not a valid schema.
+pub fn output_schema(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| usage(format!("--output-schema {shown}: cannot read it: {error}")))?;
+    let schema: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|error| usage(format!("--output-schema {shown}: not JSON: {error}")))?;
+    jsonschema::validator_for(&schema).map_err(|error| {
+        usage(format!("--output-schema {shown}: not a valid JSON Schema: {error}"))
+    })?;
+    Ok(schema)
 }
 
 /// A run ready to go: its kernel, its settings, and the outbox and MCP servers it uses

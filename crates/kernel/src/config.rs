@@ -77,6 +77,42 @@ pub struct Instruction {
     pub text: String,
 }
 
+/// Where a skill came from: the user's own folders, or the workspace (a trusted one;
+/// its files came with the repository, so its body reaches the model fenced as untrusted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkillOrigin {
+    /// `~/.agents/skills` or the user's config folder.
+    User,
+    /// `.agents/skills` or `.claude/skills` of a trusted workspace.
+    Workspace,
+}
+
+/// One skill (Agent Skills: a folder with a SKILL.md), loaded and checked by the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skill {
+    /// Its name (lowercase letters, digits and hyphens; the folder's name).
+    pub name: String,
+    /// What it is for and when to use it (at most 1024 characters).
+    pub description: String,
+    /// Where its SKILL.md is, as shown to the model and recorded.
+    pub location: String,
+    /// The Markdown after the frontmatter.
+    pub body: String,
+    /// The skill's other files, relative to its folder (`scripts/run.sh`), sorted.
+    pub files: Vec<String>,
+    /// Where it came from.
+    pub origin: SkillOrigin,
+}
+
+/// The skills a run offers, and why others found on disk were not loaded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Skills {
+    /// Loaded skills, user skills first; names are unique.
+    pub skills: Vec<Skill>,
+    /// One line per skipped skill: where and why.
+    pub diagnostics: Vec<String>,
+}
+
 /// How one run is carried out.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -98,6 +134,12 @@ pub struct RunConfig {
     pub cancel_poll: Duration,
     /// How long an execution grant ("allow this exact call again") lasts. Mandatory.
     pub grant_ttl: Duration,
+    /// The skills the agent may activate (a catalog in the system prompt).
+    pub skills: Skills,
+    /// A JSON Schema the final answer must match (`--output-schema`): the run offers the
+    /// intrinsic `submit`, whose parameters are this schema, and completes with the first
+    /// valid submission, as JSON text. `None`: a tool-free answer completes the run.
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// How a turn's run ended. The ledger holds the matching terminal event.

@@ -241,6 +241,12 @@ pub fn carried_note(carried: &CarriedContext, summary: Option<&str>, from: Seq, 
             text.push_str(&format!("- {file}\n"));
         }
     }
+    if !carried.skills.is_empty() {
+        text.push_str("\n## Skills you activated (as activate_skill returned them)\n");
+        for skill in &carried.skills {
+            text.push_str(&format!("\n### {}\n{}\n", skill.name, skill.text.trim_end()));
+        }
+    }
     if let Some(summary) = summary {
         text.push_str(&format!("\n## Summary of the earlier conversation\n{summary}\n"));
     }
@@ -287,6 +293,14 @@ pub fn carry<'e>(
     for event in events {
         match &event.kind {
             EventKind::TurnStarted { input } => carried.inputs.push(input.clone()),
+            EventKind::SkillActivated { name, text, .. } => {
+                let activated =
+                    keel_contracts::ActivatedSkill { name: name.clone(), text: text.clone() };
+                match carried.skills.iter_mut().find(|skill| skill.name == *name) {
+                    Some(skill) => *skill = activated,
+                    None => carried.skills.push(activated),
+                }
+            }
             EventKind::ModelResponse {
                 tool_calls, purpose: RequestPurpose::Conversation, ..
             } => {

@@ -40,6 +40,9 @@ pub enum KernelError {
     /// The lease could not be taken or kept.
     #[error(transparent)]
     Lease(#[from] keel_contracts::LeaseError),
+    /// A per-run tool (`activate_skill`, `submit`) could not be registered.
+    #[error(transparent)]
+    Registry(#[from] crate::RegistryError),
     /// `resume` without new input found nothing to continue.
     #[error("session {0} has nothing to resume: its last turn completed; give a new task")]
     NothingToResume(SessionId),

@@ -18,6 +18,129 @@ pub(crate) fn tools() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
+/// `activate_skill(name)`: returns a skill's instructions. Its `name` is an enum of the
+/// run's skills, so the schema itself tells the model every name. Carried out by the
+/// kernel from the run's skills; [`Tool::invoke`] is never reached.
+pub(crate) fn activate_skill(names: &[String]) -> Arc<dyn Tool> {
+    Arc::new(KernelCarried {
+        spec: ToolSpec {
+            name: crate::skills::ACTIVATE_SKILL.to_owned(),
+            description: "Load a skill's instructions (and the list of its files) by name, before                           a task its description in the system prompt fits."
+                .to_owned(),
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": {"name": {"enum": names}},
+                "required": ["name"],
+                "additionalProperties": false
+            }),
+            access: Access::Read,
+            effects: Effects::LOCAL_READ,
+            intrinsic: true,
+            first_party: true,
+        },
+    })
+}
+
+/// `submit`.
+pub(crate) const SUBMIT: &str = "submit";
+
+/// `submit(...)`: hands in the final answer; its parameters are the run's output schema
+/// (wrapped as `{"answer": ...}` when the schema is not an object's, since tool parameters
+/// are objects on every provider). Carried out by the kernel; [`Tool::invoke`] is never
+/// reached.
+pub(crate) fn submit(schema: &serde_json::Value) -> Arc<dyn Tool> {
+    Arc::new(KernelCarried {
+        spec: ToolSpec {
+            name: SUBMIT.to_owned(),
+            description: "Hand in the final answer: the arguments must match the required \
+                          output schema. The run ends with the first valid submission; an \
+                          invalid one is answered with what is wrong, so fix it and submit again."
+                .to_owned(),
+            parameters: submit_parameters(schema),
+            access: Access::Read,
+            effects: Effects::LOCAL_READ,
+            intrinsic: true,
+            first_party: true,
+        },
+    })
+}
+
+/// Whether `schema` describes an object, so it can be `submit`'s parameters as it is.
+pub(crate) fn is_object_schema(schema: &serde_json::Value) -> bool {
+    schema.get("type").and_then(serde_json::Value::as_str) == Some("object")
+}
+
+fn submit_parameters(schema: &serde_json::Value) -> serde_json::Value {
+    if is_object_schema(schema) {
+        schema.clone()
+    } else {
+        serde_json::json!({
+            "type": "object",
+            "properties": {"answer": schema},
+            "required": ["answer"],
+            "additionalProperties": false
+        })
+    }
+}
+
+/// The answer a valid `submit` call hands in: its arguments, or their `answer` when the
+/// schema was wrapped.
+pub(crate) fn submitted_answer(
+    schema: &serde_json::Value,
+    arguments: &serde_json::Value,
+) -> serde_json::Value {
+    if is_object_schema(schema) {
+        arguments.clone()
+    } else {
+        arguments.get("answer").cloned().unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// How a run with an output schema ends on a tool-free answer: completed when the text is
+/// JSON that matches the schema (the model answered in the shape asked), else failed with
+/// what is wrong (the answer was not submitted).
+pub(crate) fn text_answer(schema: &serde_json::Value, text: &str) -> crate::TurnOutcome {
+    let problems = match serde_json::from_str::<serde_json::Value>(text.trim()) {
+        Err(error) => format!("it is not JSON ({error})"),
+        Ok(value) => match jsonschema::validator_for(schema) {
+            Err(error) => format!("the output schema does not compile ({error})"),
+            Ok(validator) => {
+                let problems: Vec<String> =
+                    validator.iter_errors(&value).map(|error| error.to_string()).collect();
+                if problems.is_empty() {
+                    return crate::TurnOutcome::Completed {
+                        text: serde_json::to_string(&value).unwrap_or_default(),
+                    };
+                }
+                problems.join("; ")
+            }
+        },
+    };
+    crate::TurnOutcome::Failed {
+        reason: format!(
+            "the model answered without calling submit, and its text does not match the \
+             output schema: {problems}"
+        ),
+    }
+}
+
+/// An intrinsic tool the kernel carries out itself, from what the run holds.
+#[derive(Debug)]
+struct KernelCarried {
+    spec: ToolSpec,
+}
+
+#[async_trait]
+impl Tool for KernelCarried {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn invoke(&self, _context: &ToolContext, _arguments: &serde_json::Value) -> ToolOutput {
+        ToolOutput::error(format!("error: {} is carried out by the kernel", self.spec.name))
+    }
+}
+
 /// `request_boundary`.
 pub(crate) const REQUEST_BOUNDARY: &str = "request_boundary";
 

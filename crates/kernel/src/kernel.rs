@@ -11,7 +11,7 @@ use keel_contracts::{
 use crate::compaction::{self, Compacted};
 pub use crate::config::{
     DEFAULT_GRANT_TTL, Instruction, KernelDeps, NoopObserver, Observer, RunConfig, RunReport,
-    SessionConfig, TurnOutcome,
+    SessionConfig, Skill, SkillOrigin, Skills, TurnOutcome,
 };
 use crate::context::{self, Window};
 use crate::failpoint::{Failpoint, Failpoints, NoFailpoints};
@@ -284,7 +284,12 @@ impl Kernel {
         Ok(ledger)
     }
 
-    fn system_prompt(&self, workspace: &str, config: &RunConfig) -> String {
+    fn system_prompt(
+        &self,
+        workspace: &str,
+        config: &RunConfig,
+        catalog: Option<&crate::skills::Catalog>,
+    ) -> String {
         let mut prompt =
             format!("{BASE_PROMPT} {TOOL_OUTPUT_POLICY}\n\nWorkspace root: {workspace}");
         for instruction in &config.instructions {
@@ -294,7 +299,37 @@ impl Kernel {
                 instruction.text.trim_end()
             ));
         }
+        if let Some(catalog) = catalog {
+            prompt.push_str("\n\n");
+            prompt.push_str(catalog.text.trim_end());
+        }
+        if config.output_schema.is_some() {
+            prompt.push_str(
+                "\n\n# Final answer\n\nThis run needs its answer in a fixed shape: when the task \
+                 is done, call `submit` with the answer as its arguments (they must match its \
+                 schema). The run ends with the first valid submission; if it is invalid you are \
+                 told what is wrong, so fix it and submit again.",
+            );
+        }
         prompt
+    }
+
+    /// The run's tool map: the kernel's, plus the per-run intrinsic tools its config asks
+    /// for (`activate_skill` when it has skills).
+    fn run_registry(
+        &self,
+        config: &RunConfig,
+    ) -> std::result::Result<Registry, crate::RegistryError> {
+        let mut run_tools = Vec::new();
+        if !config.skills.skills.is_empty() {
+            let names: Vec<String> =
+                config.skills.skills.iter().map(|skill| skill.name.clone()).collect();
+            run_tools.push(crate::intrinsic::activate_skill(&names));
+        }
+        if let Some(schema) = &config.output_schema {
+            run_tools.push(crate::intrinsic::submit(schema));
+        }
+        self.registry.with_run_tools(run_tools)
     }
 
     async fn drive(
@@ -346,7 +381,15 @@ impl Kernel {
             },
         );
         let info = self.deps.model.info();
-        let system = self.system_prompt(&workspace, config);
+        let catalog = crate::skills::catalog(
+            &config.skills,
+            config.context.budget().unwrap_or(0),
+            self.deps.counter.as_ref(),
+        );
+        let system = self.system_prompt(&workspace, config, catalog.as_ref());
+        // Fails only for a per-run tool that cannot be registered (a schema that does not
+        // compile, a clashing name): nothing has run, and a host checks these first.
+        let registry = self.run_registry(config)?;
         ledger.stage(
             turn,
             run,
@@ -356,10 +399,28 @@ impl Kernel {
                 context_window: info.context_window,
                 system_prompt_sha256: sha256_hex(system.as_bytes()),
                 system_prompt: system.clone(),
-                tools: self.registry.names(),
-                tools_sha256: self.registry.definitions_sha256(),
+                tools: registry.names(),
+                tools_sha256: registry.definitions_sha256(),
             },
         );
+        if catalog.is_some() || !config.skills.diagnostics.is_empty() {
+            let (shown, omitted, budget_tokens) = match &catalog {
+                Some(catalog) => {
+                    (catalog.shown.clone(), catalog.omitted.clone(), catalog.budget_tokens)
+                }
+                None => (Vec::new(), Vec::new(), 0),
+            };
+            ledger.stage(
+                turn,
+                run,
+                EventKind::SkillCatalog {
+                    shown,
+                    omitted,
+                    budget_tokens,
+                    diagnostics: config.skills.diagnostics.clone(),
+                },
+            );
+        }
 
         let mut usage = UsageTotals::default();
         let (boundary_revision, boundary_so_far) = ledger
@@ -377,7 +438,7 @@ impl Kernel {
         let deadline = config.budget.max_time.map(|max_time| started + max_time);
         let mut calls = CallState::new(
             &self.deps,
-            &self.registry,
+            &registry,
             self,
             CallPolicy {
                 workspace: workspace.into(),
@@ -409,7 +470,7 @@ impl Kernel {
         }
         // The system prompt and the tool definitions are fixed for the run: count them once,
         // not on every step.
-        let definitions = self.registry.definitions();
+        let definitions = registry.definitions();
         // Room for a carried note's move to the system prompt (its heading, and the user-role
         // line that may then stand first): reserved on every step, a few dozen tokens.
         let system_tokens = self.deps.counter.count(&system)
@@ -686,7 +747,10 @@ impl Kernel {
             if tool_calls.is_empty() {
                 break match finish_reason {
                     FinishReason::Stop | FinishReason::ToolCalls | FinishReason::Other(_) => {
-                        TurnOutcome::Completed { text }
+                        match &config.output_schema {
+                            None => TurnOutcome::Completed { text },
+                            Some(schema) => crate::intrinsic::text_answer(schema, &text),
+                        }
                     }
                     FinishReason::Length => TurnOutcome::Failed {
                         reason: "the model's answer was cut off by its output limit \
@@ -703,31 +767,49 @@ impl Kernel {
             let mut cancelled = false;
             let mut out_of_time = false;
             let mut denied: Option<String> = None;
-            for call in &tool_calls {
+            // Calls in order; consecutive plain reads run side by side, any other call
+            // alone, after the reads before it and before the calls after it.
+            let mut next = 0;
+            while let Some(call) = tool_calls.get(next) {
                 if out_of_time {
                     calls.answer_stopped_early(&mut ledger, turn_id, run_id, call).await?;
+                    next += 1;
                     continue;
                 }
                 if denied.is_some() {
                     calls.answer_cancelled(&mut ledger, turn_id, run_id, call).await?;
+                    next += 1;
                     continue;
                 }
                 if cancelled || cancel.is_cancelled() {
                     cancelled = true;
                     calls.answer_cancelled(&mut ledger, turn_id, run_id, call).await?;
+                    next += 1;
                     continue;
                 }
-                let settled = calls.settle(&mut ledger, turn_id, run_id, call, cancel).await?;
+                let reads = calls.leading_reads(&tool_calls[next..]);
+                let settled = if reads > 1 {
+                    let batch = &tool_calls[next..next + reads];
+                    next += reads;
+                    calls.settle_reads(&mut ledger, turn_id, run_id, batch, cancel).await?
+                } else {
+                    next += 1;
+                    calls.settle(&mut ledger, turn_id, run_id, call, cancel).await?
+                };
                 out_of_time = settled == Settled::OutOfTime;
                 denied = calls.take_denial();
             }
             // What children spent counts against this run.
             let child_spent = calls.take_child_spent();
+            let submitted = calls.take_submitted();
             usage.absorb(&child_spent);
             spent.tokens += child_spent.tokens();
             spent.cost_usd += child_spent.cost_usd.unwrap_or(0.0);
             if let Some(reason) = denied {
                 break TurnOutcome::Denied { reason };
+            }
+            if let Some(answer) = submitted {
+                break TurnOutcome::Completed { text: answer };
             }
             if out_of_time {
                 let max = config.budget.max_time.unwrap_or_default().as_millis();

@@ -38,13 +38,14 @@ pub mod recovery;
 mod registry;
 mod seal;
 mod settlement;
+pub mod skills;
 
 pub use cancel::Cancellation;
 pub use error::{KernelError, Result};
 pub use failpoint::{Failpoint, Failpoints, NoFailpoints};
 pub use kernel::{
     DEFAULT_GRANT_TTL, DEFAULT_MAX_AGENT_DEPTH, Instruction, Kernel, KernelDeps, NoopObserver,
-    Observer, RunConfig, RunReport, SessionConfig, TurnOutcome,
+    Observer, RunConfig, RunReport, SessionConfig, Skill, SkillOrigin, Skills, TurnOutcome,
 };
 pub use lease::{HolderLiveness, LEASE_RENEW_EVERY, LEASE_TTL, UnknownLiveness};
 pub use outbox::{NoOutbox, OUTBOX_FLUSH_TIMEOUT, Outbox};

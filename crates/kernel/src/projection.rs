@@ -205,6 +205,8 @@ impl Projector {
             | EventKind::RunSuspended { .. }
             | EventKind::RunCancelled { .. }
             | EventKind::RunDenied { .. }
+            | EventKind::SkillCatalog { .. }
+            | EventKind::SkillActivated { .. }
             | EventKind::BoundaryRevised { .. } => {}
         }
     }

@@ -35,6 +35,7 @@ pub enum AgentTools {
     Withheld,
 }
 
+#[derive(Clone)]
 struct Entry {
     tool: Arc<dyn Tool>,
     validator: jsonschema::Validator,
@@ -98,6 +99,32 @@ impl Registry {
             }
         }
         self
+    }
+
+    /// This registry with keel's per-run intrinsic tools appended (`activate_skill` and
+    /// the like, whose schemas depend on the run). Only the kernel's intrinsic module makes
+    /// them.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::new`]: a repeated name or a schema that does not compile.
+    pub(crate) fn with_run_tools(
+        &self,
+        tools: Vec<Arc<dyn Tool>>,
+    ) -> Result<Registry, RegistryError> {
+        let mut registry =
+            Registry { entries: self.entries.clone(), by_name: self.by_name.clone() };
+        for tool in tools {
+            let spec = tool.spec();
+            if registry.by_name.insert(spec.name.clone(), registry.entries.len()).is_some() {
+                return Err(RegistryError::Duplicate(spec.name.clone()));
+            }
+            let validator = jsonschema::validator_for(&spec.parameters).map_err(|error| {
+                RegistryError::InvalidSchema { tool: spec.name.clone(), message: error.to_string() }
+            })?;
+            registry.entries.push(Entry { tool, validator });
+        }
+        Ok(registry)
     }
 
     /// The tool called `name`, if registered.

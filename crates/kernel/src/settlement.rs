@@ -92,6 +92,8 @@ pub(crate) struct CallState<'a> {
     denied: Option<String>,
     /// Failed attempts per (tool, arguments digest), for blocking identical repeats.
     failures: BTreeMap<(String, String), u32>,
+    /// The final answer a valid `submit` handed in, as JSON text.
+    submitted: Option<String>,
 }
 
 impl CallState<'_> {
@@ -101,11 +103,36 @@ impl CallState<'_> {
     }
 }
 
+/// How many plain reads of one response run at once.
+pub(crate) const MAX_PARALLEL_READS: usize = 8;
+
+/// An admitted call: gated, its prepare durable, ready to be carried out.
+struct Ready {
+    attempt_id: AttemptId,
+    tool: std::sync::Arc<dyn keel_contracts::Tool>,
+    context: ToolContext,
+    failure_key: (String, String),
+    arguments_sha256: String,
+}
+
 struct Call<'c> {
     turn: Option<TurnId>,
     run: Option<RunId>,
     call: &'c ToolCall,
+    /// Where the result goes instead of the ledger while side-by-side reads run, so it is
+    /// recorded in call order after the results of the calls before it.
+    hold: Option<&'c Held>,
 }
+
+/// What admitting a call gave: what carrying it out needs (`None`: it was answered), and
+/// where an answer goes instead of the ledger (side-by-side reads).
+struct Admission<'h> {
+    ready: Option<Ready>,
+    hold: Option<&'h Held>,
+}
+
+/// A result held back: the attempt (if any) and the output.
+type Held = std::sync::Mutex<Option<(Option<AttemptId>, ToolOutput)>>;
 
 impl Call<'_> {
     async fn result(
@@ -125,6 +152,11 @@ impl Call<'_> {
         attempt_id: Option<AttemptId>,
         output: ToolOutput,
     ) -> Result<()> {
+        if let Some(hold) = self.hold {
+            *hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((attempt_id, output));
+            return Ok(());
+        }
         let ToolOutput { outcome, content, raw } = output;
         let bytes = content.len() as u64;
         // Staged: durable with the next commit (the next model request, prepare, prompt or
@@ -206,6 +238,7 @@ impl<'a> CallState<'a> {
             negotiated_this_step: false,
             denied: None,
             failures: BTreeMap::new(),
+            submitted: None,
         }
     }
 
@@ -217,7 +250,7 @@ impl<'a> CallState<'a> {
         run_id: RunId,
         call: &ToolCall,
     ) -> Result<()> {
-        let call = Call { turn: Some(turn_id), run: Some(run_id), call };
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call, hold: None };
         call.result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into()).await
     }
 
@@ -391,6 +424,11 @@ impl<'a> CallState<'a> {
         self.denied.take()
     }
 
+    /// The final answer handed in through `submit` in this step, if any (the run ends).
+    pub(crate) fn take_submitted(&mut self) -> Option<String> {
+        self.submitted.take()
+    }
+
     /// What sub-agents spent since the last call of this.
     pub(crate) fn take_child_spent(&mut self) -> UsageTotals {
         std::mem::take(&mut self.child_spent)
@@ -404,7 +442,7 @@ impl<'a> CallState<'a> {
         run_id: RunId,
         call: &ToolCall,
     ) -> Result<()> {
-        let call = Call { turn: Some(turn_id), run: Some(run_id), call };
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call, hold: None };
         call.result(ledger, None, Outcome::Cancelled, STOPPED_EARLY.into()).await
     }
 
@@ -429,7 +467,140 @@ impl<'a> CallState<'a> {
         tool_call: &ToolCall,
         cancel: &Cancellation,
     ) -> Result<()> {
-        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call };
+        let mut admission = Admission { ready: None, hold: None };
+        self.admit(ledger, turn_id, run_id, tool_call, cancel, &mut admission).await?;
+        let Some(ready) = admission.ready else { return Ok(()) };
+        self.carry_out(ledger, turn_id, run_id, tool_call, ready, cancel).await
+    }
+
+    /// How many of `tool_calls`, from the first, may run side by side: plain reads
+    /// (declared `read`, not intrinsic: built-in, MCP), which change nothing another call
+    /// could see. Intrinsic tools touch the run's own state and run alone.
+    pub(crate) fn leading_reads(&self, tool_calls: &[ToolCall]) -> usize {
+        tool_calls
+            .iter()
+            .take_while(|call| {
+                self.registry.get(&call.name).is_some_and(|tool| {
+                    let spec = tool.spec();
+                    spec.access == keel_contracts::Access::Read && !spec.intrinsic
+                })
+            })
+            .count()
+    }
+
+    /// Settles consecutive plain reads of one response side by side (at most
+    /// [`MAX_PARALLEL_READS`] at a time): each is gated and its `tool_attempt_prepared`
+    /// made durable in call order, then the admitted ones run concurrently, and their
+    /// results are recorded in call order. Every call gets exactly one `tool_result`.
+    pub(crate) async fn settle_reads(
+        &mut self,
+        ledger: &mut Ledger,
+        turn_id: TurnId,
+        run_id: RunId,
+        tool_calls: &[ToolCall],
+        cancel: &Cancellation,
+    ) -> Result<Settled> {
+        // A call answered at its gate (refused, cancelled) is held back and recorded in
+        // its place, after the results of the reads before it.
+        let held: Vec<Held> = tool_calls.iter().map(|_| Held::default()).collect();
+        let mut admitted = Vec::with_capacity(tool_calls.len());
+        for (tool_call, hold) in tool_calls.iter().zip(&held) {
+            if cancel.is_cancelled() {
+                *hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((
+                    None,
+                    ToolOutput {
+                        outcome: Outcome::Cancelled,
+                        content: CANCELLED_BEFORE_RUN.into(),
+                        raw: None,
+                    },
+                ));
+                admitted.push(None);
+                continue;
+            }
+            let mut admission = Admission { ready: None, hold: Some(hold) };
+            self.admit(ledger, turn_id, run_id, tool_call, cancel, &mut admission).await?;
+            admitted.push(admission.ready);
+        }
+        let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_READS));
+        let running: Vec<Option<(Ready, AbortOnDrop)>> = admitted
+            .into_iter()
+            .zip(tool_calls)
+            .map(|(ready, tool_call)| {
+                let ready = ready?;
+                let (tool, context) = (ready.tool.clone(), ready.context.clone());
+                let arguments = tool_call.arguments.clone();
+                let permits = permits.clone();
+                let task = AbortOnDrop(tokio::spawn(async move {
+                    // The semaphore is never closed; without a permit the read still runs.
+                    let _permit = permits.acquire_owned().await.ok();
+                    tool.invoke(&context, &arguments).await
+                }));
+                let failpoints = self.failpoints.clone();
+                tokio::spawn(async move { failpoints.hit(Failpoint::MidTool).await });
+                Some((ready, task))
+            })
+            .collect();
+        for ((slot, tool_call), hold) in running.into_iter().zip(tool_calls).zip(held) {
+            let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold: None };
+            let Some((ready, task)) = slot else {
+                let answered = hold.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some((attempt, output)) = answered {
+                    call.output(ledger, attempt, output).await?;
+                }
+                continue;
+            };
+            let attempt = Some(ready.attempt_id);
+            if self.out_of_time {
+                call.result(
+                    ledger,
+                    attempt,
+                    Outcome::Cancelled,
+                    STOPPED_EARLY_WHILE_RUNNING.into(),
+                )
+                .await?;
+                continue;
+            }
+            let output = tokio::select! {
+                joined = task.join() => match joined {
+                    Ok(output) => output,
+                    Err(error) => ToolOutput::error(format!("error: the tool failed unexpectedly: {error}")),
+                },
+                () = cancel.cancelled() => {
+                    call.result(ledger, attempt, Outcome::Cancelled, CANCELLED_WHILE_RUNNING.into())
+                        .await?;
+                    continue;
+                }
+                () = until(self.deadline) => {
+                    self.out_of_time = true;
+                    call.result(ledger, attempt, Outcome::Cancelled, STOPPED_EARLY_WHILE_RUNNING.into())
+                        .await?;
+                    continue;
+                }
+            };
+            if output.outcome == Outcome::Error {
+                *self.failures.entry(ready.failure_key).or_insert(0) += 1;
+            }
+            self.failpoints.hit(Failpoint::BeforeResult).await;
+            call.output(ledger, attempt, output).await?;
+            self.failpoints.hit(Failpoint::AfterResult).await;
+        }
+        Ok(if std::mem::take(&mut self.out_of_time) { Settled::OutOfTime } else { Settled::Done })
+    }
+
+    /// Resolves, validates and gates a call, then makes its `tool_attempt_prepared`
+    /// durable; `admission.ready` is then what carrying it out needs. Without it, the call's
+    /// `tool_result` is recorded (an error, a refusal, a cancel).
+    async fn admit(
+        &mut self,
+        ledger: &mut Ledger,
+        turn_id: TurnId,
+        run_id: RunId,
+        tool_call: &ToolCall,
+        cancel: &Cancellation,
+        admission: &mut Admission<'_>,
+    ) -> Result<()> {
+        let hold = admission.hold;
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold };
         let name = tool_call.name.as_str();
 
         // Identical failing calls are blocked whatever made them fail: an unknown tool and
@@ -583,9 +754,63 @@ impl<'a> CallState<'a> {
             denied_paths: self.denied_paths.clone(),
             write_denied_paths: self.write_denied_paths.clone(),
         };
+        admission.ready = Some(Ready { attempt_id, tool, context, failure_key, arguments_sha256 });
+        Ok(())
+    }
+
+    /// Carries out an admitted call (its prepare is durable) and records its result.
+    async fn carry_out(
+        &mut self,
+        ledger: &mut Ledger,
+        turn_id: TurnId,
+        run_id: RunId,
+        tool_call: &ToolCall,
+        ready: Ready,
+        cancel: &Cancellation,
+    ) -> Result<()> {
+        let Ready { attempt_id, tool, context, failure_key, arguments_sha256 } = ready;
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold: None };
+        let name = tool_call.name.as_str();
+        let spec = tool.spec();
         if spec.intrinsic && name == REQUEST_BOUNDARY {
             let output = self.negotiate_boundary(ledger, &call, &arguments_sha256, cancel).await?;
             let Some(output) = output else { return Ok(()) };
+            return call.output(ledger, Some(attempt_id), output).await;
+        }
+        if spec.intrinsic && name == crate::intrinsic::SUBMIT {
+            // The arguments matched the schema (validated like every call's): the answer.
+            let output = match (&self.run.output_schema, &self.submitted) {
+                (Some(_), Some(_)) => ToolOutput::error(
+                    "error: an answer was already submitted in this response; only the first counts",
+                ),
+                (Some(schema), None) => {
+                    let answer = crate::intrinsic::submitted_answer(schema, &tool_call.arguments);
+                    self.submitted = Some(serde_json::to_string(&answer).unwrap_or_default());
+                    ToolOutput::ok("submitted: the answer matches the schema; the run ends")
+                }
+                (None, _) => ToolOutput::error("error: this run takes no submission"),
+            };
+            return call.output(ledger, Some(attempt_id), output).await;
+        }
+        if spec.intrinsic && name == crate::skills::ACTIVATE_SKILL {
+            let wanted = tool_call.arguments.get("name").and_then(|n| n.as_str()).unwrap_or("");
+            let output = match crate::skills::activate(&self.run.skills, wanted) {
+                Ok((skill, text)) => {
+                    ledger.stage(
+                        call.turn,
+                        call.run,
+                        EventKind::SkillActivated {
+                            call_id: tool_call.call_id.clone(),
+                            name: skill.name.clone(),
+                            location: skill.location.clone(),
+                            body_sha256: keel_contracts::sha256_hex(skill.body.as_bytes()),
+                            text: text.clone(),
+                        },
+                    );
+                    ToolOutput::ok(text)
+                }
+                Err(output) => output,
+            };
             return call.output(ledger, Some(attempt_id), output).await;
         }
         if spec.intrinsic && name == READ_TOOL_RESULT {

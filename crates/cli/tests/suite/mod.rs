@@ -11,6 +11,7 @@ mod mcp_e2e;
 mod openai_e2e;
 mod otlp_e2e;
 mod outbox_e2e;
+mod output_schema_e2e;
 mod postgres_e2e;
 mod providers_e2e;
 mod redteam_orphans;

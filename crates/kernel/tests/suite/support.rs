@@ -107,6 +107,8 @@ pub(crate) struct Harness {
     /// Tools added after the default set (so default transcripts stay as they are).
     pub(crate) extra_tools: Vec<Arc<dyn Tool>>,
     pub(crate) instructions: Vec<Instruction>,
+    pub(crate) skills: keel_kernel::Skills,
+    pub(crate) output_schema: Option<serde_json::Value>,
     pub(crate) rules: PermissionRules,
     pub(crate) ids: Arc<SeqIds>,
     pub(crate) clock: Arc<FakeClock>,
@@ -128,6 +130,8 @@ impl Harness {
             context: Default::default(),
             extra_tools: Vec::new(),
             instructions: Vec::new(),
+            skills: keel_kernel::Skills::default(),
+            output_schema: None,
             rules: PermissionRules::default(),
             ids: Arc::new(SeqIds::new()),
             clock: Arc::new(FakeClock::new()),
@@ -205,6 +209,8 @@ impl Harness {
             rules: self.rules.clone(),
             cancel_poll: Duration::from_millis(50),
             grant_ttl: keel_kernel::DEFAULT_GRANT_TTL,
+            skills: self.skills.clone(),
+            output_schema: self.output_schema.clone(),
         }
     }
 
@@ -327,6 +333,14 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
                 attempt_id.map(|a| short(&a.to_string())).unwrap_or_else(|| "-".into()),
                 outcome.as_str()
             ),
+            EventKind::SkillCatalog { shown, omitted, budget_tokens, diagnostics } => format!(
+                "skill_catalog shown={shown:?} omitted={omitted:?} budget={budget_tokens} \
+                 diagnostics={}",
+                diagnostics.len()
+            ),
+            EventKind::SkillActivated { call_id, name, .. } => {
+                format!("skill_activated {call_id} {name}")
+            }
             EventKind::ShadowIntent { call_id, tool, arguments } => {
                 format!("shadow_intent {call_id} {tool} {arguments}")
             }
