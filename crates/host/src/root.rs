@@ -519,6 +519,8 @@ pub fn build_kernel(
     };
     let kernel = Kernel::with_max_agent_depth(deps, resolved.max_agent_depth)
         .context("cannot assemble the tool registry")?
+        .with_wait()
+        .context("cannot assemble the tool registry")?
         .with_lease_holder(lease_holder())
         .with_holder_liveness(Arc::new(LocalProcesses));
     crate::failpoints::install(outbox.install(kernel))

@@ -205,6 +205,8 @@ impl Projector {
             | EventKind::RunSuspended { .. }
             | EventKind::RunCancelled { .. }
             | EventKind::RunDenied { .. }
+            | EventKind::ScheduleFired { .. }
+            | EventKind::WaitStarted { .. }
             | EventKind::BoundaryRevised { .. } => {}
         }
     }

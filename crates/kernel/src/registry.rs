@@ -100,6 +100,20 @@ impl Registry {
         self
     }
 
+    /// This registry with keel's own intrinsic `tool` appended (see `Kernel::with_wait`).
+    pub(crate) fn with_tool(mut self, tool: Arc<dyn Tool>) -> Result<Registry, RegistryError> {
+        let spec = tool.spec();
+        if self.by_name.contains_key(&spec.name) {
+            return Err(RegistryError::Duplicate(spec.name.clone()));
+        }
+        let validator = jsonschema::validator_for(&spec.parameters).map_err(|error| {
+            RegistryError::InvalidSchema { tool: spec.name.clone(), message: error.to_string() }
+        })?;
+        self.by_name.insert(spec.name.clone(), self.entries.len());
+        self.entries.push(Entry { tool, validator });
+        Ok(self)
+    }
+
     /// The tool called `name`, if registered.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.by_name.get(name).map(|&index| &self.entries[index].tool)

@@ -72,7 +72,9 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::BoundaryRevised { .. }
         | EventKind::ToolAttemptPrepared { .. }
         | EventKind::ToolResult { .. }
-        | EventKind::ShadowIntent { .. } => None,
+        | EventKind::ShadowIntent { .. }
+        | EventKind::ScheduleFired { .. }
+        | EventKind::WaitStarted { .. } => None,
     };
     // Sealing is final: nothing recorded afterwards makes a sealed session look runnable.
     if let Some(status) = status

@@ -377,7 +377,9 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::BoundaryRevised { .. }
         | EventKind::ToolAttemptPrepared { .. }
         | EventKind::ToolResult { .. }
-        | EventKind::ShadowIntent { .. } => None,
+        | EventKind::ShadowIntent { .. }
+        | EventKind::ScheduleFired { .. }
+        | EventKind::WaitStarted { .. } => None,
     };
     // Sealing is final: nothing recorded afterwards makes a sealed session look runnable.
     if let Some(status) = status

@@ -18,3 +18,4 @@ mod settlement;
 mod support;
 mod turn_loop;
 mod usage;
+mod wait;
