@@ -18,6 +18,7 @@ mod config_show;
 mod habits;
 mod mcp;
 mod output;
+mod schedule;
 mod seal;
 mod trust;
 mod view;

@@ -36,6 +36,10 @@ use crate::root::usage;
 /// stay claimed before it is recorded failed.
 pub const STALE_CLAIM: Duration = Duration::from_secs(600);
 
+/// The shortest catch-up window, in milliseconds: a tick that comes a little late still
+/// fires the slot it is late for.
+pub const MIN_CATCH_UP_MS: u64 = 5_000;
+
 /// The default catch-up window.
 pub const DEFAULT_CATCH_UP: Duration = Duration::from_secs(300);
 
@@ -507,3 +511,16 @@ pub fn describe(row: &ScheduleRow, fires: &[FireRow]) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests;
+
+/// The answer a delivered wake gives the waiting run.
+pub fn answer_of(wake: &keel_store::WakeRow) -> keel_kernel::WakeAnswer {
+    match &wake.payload {
+        Some(payload) => {
+            keel_kernel::WakeAnswer::Payload { payload: payload.clone(), by: wake.by.clone() }
+        }
+        None => keel_kernel::WakeAnswer::TimedOut,
+    }
+}
+
+/// The largest wake payload accepted, in bytes.
+pub const MAX_WAKE_PAYLOAD: usize = 64 * 1024;
