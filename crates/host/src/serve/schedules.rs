@@ -260,6 +260,8 @@ async fn sweep_wakes(host: &Arc<Host>) {
 /// Resumes the waiting run with the delivered wake (a run already applying it elsewhere
 /// answers 409, which is fine: the wake is applied once, by whoever holds the lease).
 async fn apply(host: &Arc<Host>, stored: &WakeRow) {
+    // Crash tests stop here: the wake is durable, its run not resumed yet.
+    crate::failpoints::host_point("wake_claimed").await;
     let job = Job::Wake(stored.wake_id.clone(), schedule::answer_of(stored));
     match host.start(stored.session_id, job, RunSettings::default()).await {
         Ok(_) => eprintln!("keel serve: woke session {} ({})", stored.session_id, stored.by),
@@ -479,7 +481,6 @@ async fn post_wake(
     if stored.session_id != session_id {
         return Err(not_found());
     }
-    crate::failpoints::host_point("wake_claimed").await;
     if waiting.is_some() {
         apply(host, &stored).await;
     }
