@@ -171,52 +171,56 @@ pub(crate) enum Command {
     },
 }
 
+/// `keel schedule add`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ScheduleAdd {
+    /// An interval: 90s, 10m, 1h.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        conflicts_with = "cron",
+        required_unless_present = "cron"
+    )]
+    pub(crate) every: Option<String>,
+    /// A cron expression (5 or 6 fields), e.g. "0 9 * * MON-FRI".
+    #[arg(long, value_name = "EXPR")]
+    pub(crate) cron: Option<String>,
+    /// The cron expression's time zone (IANA, e.g. Europe/Berlin; default UTC).
+    #[arg(long, value_name = "ZONE", requires = "cron")]
+    pub(crate) tz: Option<String>,
+    /// Fire new turns into this session (id or unique prefix).
+    #[arg(long, conflicts_with_all = ["workspace", "model"])]
+    pub(crate) session: Option<String>,
+    /// A new session per fire in this workspace.
+    #[arg(short = 'C', long = "workspace", value_name = "DIR", requires = "model")]
+    pub(crate) workspace: Option<PathBuf>,
+    /// The model of each new session.
+    #[arg(short = 'm', long, value_name = "SPEC")]
+    pub(crate) model: Option<String>,
+    /// Consent in fired runs of a new session (default deny: nobody is there to ask).
+    #[arg(long, value_enum)]
+    pub(crate) approval: Option<ApprovalArg>,
+    /// When the last fire still runs: skip (default), buffer (one), allow.
+    #[arg(long, value_name = "POLICY", default_value = "skip")]
+    pub(crate) overlap: String,
+    /// How far back slots missed while no host ran are caught up (one fire).
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub(crate) catch_up: String,
+    /// Step ceiling of each fired run.
+    #[arg(long, value_name = "N")]
+    pub(crate) max_steps: Option<u32>,
+    /// Cost ceiling of each fired run, in USD.
+    #[arg(long, value_name = "X")]
+    pub(crate) max_cost_usd: Option<f64>,
+    /// The task of each fired turn.
+    pub(crate) task: String,
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum ScheduleCommand {
     /// Add a schedule: every DURATION or on a cron expression, into a session or a new
     /// session per fire from a workspace and model.
-    Add {
-        /// An interval: 90s, 10m, 1h.
-        #[arg(
-            long,
-            value_name = "DURATION",
-            conflicts_with = "cron",
-            required_unless_present = "cron"
-        )]
-        every: Option<String>,
-        /// A cron expression (5 or 6 fields), e.g. "0 9 * * MON-FRI".
-        #[arg(long, value_name = "EXPR")]
-        cron: Option<String>,
-        /// The cron expression's time zone (IANA, e.g. Europe/Berlin; default UTC).
-        #[arg(long, value_name = "ZONE", requires = "cron")]
-        tz: Option<String>,
-        /// Fire new turns into this session (id or unique prefix).
-        #[arg(long, conflicts_with_all = ["workspace", "model"])]
-        session: Option<String>,
-        /// A new session per fire in this workspace.
-        #[arg(short = 'C', long = "workspace", value_name = "DIR", requires = "model")]
-        workspace: Option<PathBuf>,
-        /// The model of each new session.
-        #[arg(short = 'm', long, value_name = "SPEC")]
-        model: Option<String>,
-        /// Consent in fired runs of a new session (default deny: nobody is there to ask).
-        #[arg(long, value_enum)]
-        approval: Option<ApprovalArg>,
-        /// When the last fire still runs: skip (default), buffer (one), allow.
-        #[arg(long, value_name = "POLICY", default_value = "skip")]
-        overlap: String,
-        /// How far back slots missed while no host ran are caught up (one fire).
-        #[arg(long, value_name = "DURATION", default_value = "5m")]
-        catch_up: String,
-        /// Step ceiling of each fired run.
-        #[arg(long, value_name = "N")]
-        max_steps: Option<u32>,
-        /// Cost ceiling of each fired run, in USD.
-        #[arg(long, value_name = "X")]
-        max_cost_usd: Option<f64>,
-        /// The task of each fired turn.
-        task: String,
-    },
+    Add(Box<ScheduleAdd>),
     /// List schedules with their last fire.
     List {
         /// One JSON object per line.

@@ -9,25 +9,26 @@ use keel_host::schedule::{self, Overlap, ScheduleSpec, Target};
 use keel_store::{ScheduleRow, Schedules};
 
 use crate::app::{canonical_workspace, exit, resolve_session, usage};
-use crate::args::{ApprovalArg, ScheduleCommand};
+use crate::args::{ApprovalArg, ScheduleAdd, ScheduleCommand};
 
 pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
     let (_, store, schedules) = keel_host::root::open_stores().await?;
     match command {
-        ScheduleCommand::Add {
-            every,
-            cron,
-            tz,
-            session,
-            workspace,
-            model,
-            approval,
-            overlap,
-            catch_up,
-            max_steps,
-            max_cost_usd,
-            task,
-        } => {
+        ScheduleCommand::Add(add) => {
+            let ScheduleAdd {
+                every,
+                cron,
+                tz,
+                session,
+                workspace,
+                model,
+                approval,
+                overlap,
+                catch_up,
+                max_steps,
+                max_cost_usd,
+                task,
+            } = *add;
             let when = match (every, cron) {
                 (Some(every), None) => schedule::parse_every(&every)?,
                 (None, Some(cron)) => schedule::parse_cron(&cron, tz.as_deref())?,

@@ -231,9 +231,22 @@ async fn sweep_wakes(host: &Arc<Host>) {
         if host.is_active(session.id) {
             continue;
         }
-        let Ok(events) = host.store.read(session.id, Seq(0)).await else { continue };
+        // Only sessions that ever waited, read from their last wait on (index lookups).
+        let Ok(Some(started)) = host.store.last_of_kind(session.id, "wait_started").await else {
+            continue;
+        };
+        let after = Seq(started.seq.0.saturating_sub(1));
+        let Ok(events) = host.store.read(session.id, after).await else { continue };
         let Some(waiting) = keel_kernel::waiting(&events) else { continue };
-        if admission(host, &events).is_some() {
+        let Ok(mut head) = host.store.read_kinds(session.id, &["session_created"], Seq(1)).await
+        else {
+            continue;
+        };
+        match host.store.last_of_kind(session.id, "session_sealed").await {
+            Ok(sealed) => head.extend(sealed),
+            Err(_) => continue,
+        }
+        if admission(host, &head).is_some() {
             continue;
         }
         let stored = match schedules.wake(&waiting.wake_id).await {
