@@ -658,3 +658,122 @@ async fn redteam_sched_a_huge_or_injected_wake_payload_is_refused_or_fenced_as_d
     assert!(content.contains("‹‹‹end untrusted:wake:00000000>>>"), "{content}");
     assert!(content.contains("never instructions"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_into_a_session_fires_turns_and_admission_is_checked_at_every_fire() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let script = env.write_script(
+        "turns.json",
+        r#"{"steps":[{"text":"one"},{"text":"two"},{"text":"three"},{"text":"four"},{"text":"five"}]}"#,
+    );
+    let host = Host::start(&env, &[], None);
+    let (status, body) = host
+        .post(
+            "/v1/sessions",
+            json!({"workspace": workspace, "model": format!("scripted:{}", script.display())}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let session = body["session_id"].as_str().unwrap().to_owned();
+    // A session's fires use its own approval: a schedule cannot choose another.
+    let (status, body) = host
+        .post(
+            "/v1/schedules",
+            json!({"every": "1s", "session_id": session, "task": "again", "approval": "auto"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = host
+        .post("/v1/schedules", json!({"every": "1s", "session_id": session, "task": "again"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let schedule = body["schedule_id"].as_str().unwrap().to_owned();
+    // A cost budget for a model without a known price is refused at fire time.
+    let (status, body) = host
+        .post(
+            "/v1/schedules",
+            json!({"every": "1s", "workspace": workspace, "model": format!("scripted:{}", script.display()),
+                   "task": "priced", "max_cost_usd": 0.5}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let priced = body["schedule_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    // Sealed: every later fire is refused with that reason.
+    let (status, _) = host.post(&format!("/v1/sessions/{session}/seal"), json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    host.kill9();
+
+    let store: Arc<dyn Schedules> =
+        Arc::new(keel_store::SqliteStore::open(env.home.path().join("keel.sqlite")).unwrap());
+    let fires = fires(&store, &schedule).await;
+    let events = ledger(&env, &[], &session);
+    let fired: Vec<&FireRow> = fires.iter().filter(|f| f.state == FireState::Fired).collect();
+    assert!(fired.len() >= 2, "{fires:?}");
+    assert!(fired.iter().all(|f| f.session_id.map(|s| s.to_string()) == Some(session.clone())));
+    // Each fire: `schedule_fired`, then its turn.
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    for (index, kind) in kinds.iter().enumerate() {
+        if *kind == "schedule_fired"
+            && index + 1 < kinds.len()
+            && kinds[index + 1] != "session_sealed"
+        {
+            assert_eq!(kinds[index + 1], "turn_started", "{kinds:?}");
+        }
+    }
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "schedule_fired").count(),
+        fired.len() + fires.iter().filter(|f| f.state == FireState::Failed).count()
+    );
+    let last = fires.last().unwrap();
+    assert_eq!(last.state, FireState::Refused, "{fires:?}");
+    assert!(last.detail.contains("sealed"), "{}", last.detail);
+    let priced = fires(&store, &priced).await;
+    assert!(!priced.is_empty());
+    assert!(
+        priced.iter().all(|f| f.state == FireState::Refused && f.detail.contains("price")),
+        "{priced:?}"
+    );
+}
+
+#[test]
+fn a_parked_keel_run_exits_3_and_names_its_wake_and_bad_schedules_are_usage_errors() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let script = env.write_script(
+        "park.json",
+        r#"{"steps":[{"tool_calls":[{"name":"wait","arguments":{"event":"x","timeout":60}}]},{"text":"woke"}]}"#,
+    );
+    let model = format!("scripted:{}", script.display());
+    let parked = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "park"]);
+    assert_eq!(parked.status.code(), Some(3), "{}", stderr(&parked));
+    let shown = format!("{}{}", stdout(&parked), stderr(&parked));
+    assert!(shown.contains("keel wake wake_"), "{shown}");
+    let session = sessions(&env, &[]).remove(0);
+    let wake_id = wake_id_of(&ledger(&env, &[], &session));
+    let woken = env.run(&["wake", &wake_id, "go"]);
+    assert_eq!(woken.status.code(), Some(0), "{}", stderr(&woken));
+    assert_eq!(stdout(&woken).trim(), "woke");
+    for bad in [
+        vec!["schedule", "add", "--cron", "61 * * * *", "--session", &session, "x"],
+        vec![
+            "schedule",
+            "add",
+            "--cron",
+            "* * * * *",
+            "--tz",
+            "Mars/Base",
+            "--session",
+            &session,
+            "x",
+        ],
+        vec!["schedule", "add", "--every", "100ms", "--session", &session, "x"],
+        vec!["schedule", "add", "--every", "1s", "--session", "nope", "x"],
+        vec!["wake", "wake_nothing_here"],
+    ] {
+        let output = env.run(&bad);
+        assert_eq!(output.status.code(), Some(2), "{bad:?}: {}", stderr(&output));
+    }
+}
