@@ -730,7 +730,7 @@ async fn schedule_into_a_session_fires_turns_and_admission_is_checked_at_every_f
     let last = fires.last().unwrap();
     assert_eq!(last.state, FireState::Refused, "{fires:?}");
     assert!(last.detail.contains("sealed"), "{}", last.detail);
-    let priced = fires(&store, &priced).await;
+    let priced = self::fires(&store, &priced).await;
     assert!(!priced.is_empty());
     assert!(
         priced.iter().all(|f| f.state == FireState::Refused && f.detail.contains("price")),
