@@ -114,8 +114,10 @@ impl Firer for HostFirer {
         if self.host.is_active(session_id) {
             return true;
         }
+        // A run parked on `wait` still goes on: a fire would end its wait (a new turn
+        // answers the open `wait` cancelled), so it counts as running for overlap.
         match self.host.store.read(session_id, Seq(0)).await {
-            Ok(events) => ledger::run_open(&events),
+            Ok(events) => ledger::run_open(&events) || keel_kernel::waiting(&events).is_some(),
             Err(_) => true, // unknown: the safe side is "still runs"
         }
     }
