@@ -403,10 +403,18 @@ impl Scheduler {
     ) -> anyhow::Result<()> {
         let recent = self.store.fires(row.id, 20).await?;
         let last = recent.first().map(|fire| fire.scheduled_at);
-        // The fire whose run may still go on: the newest that started one.
-        let running = match recent.iter().find(|fire| fire.state == FireState::Fired) {
-            Some(FireRow { session_id: Some(session), .. }) => self.firer.running(*session).await,
-            _ => false,
+        // The run that may still go on: the target session's (whoever started it), or
+        // the newest fired session of a template.
+        let session = match &spec.target {
+            Target::Session { session_id } => Some(*session_id),
+            Target::Template { .. } => recent
+                .iter()
+                .find(|fire| fire.state == FireState::Fired)
+                .and_then(|fire| fire.session_id),
+        };
+        let running = match session {
+            Some(session) => self.firer.running(session).await,
+            None => false,
         };
         // A buffered slot of ours fires as soon as the run ends.
         if !running

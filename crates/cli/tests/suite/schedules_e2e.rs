@@ -777,3 +777,32 @@ fn a_parked_keel_run_exits_3_and_names_its_wake_and_bad_schedules_are_usage_erro
         assert_eq!(output.status.code(), Some(2), "{bad:?}: {}", stderr(&output));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_into_a_waiting_session_skips_and_never_ends_the_wait() {
+    let env = Env::new();
+    let host = Host::start(&env, &[], None);
+    let (session, wake_id) = hosted_wait(&env, &host, "1h", "woken").await;
+    let (status, body) = host
+        .post("/v1/schedules", json!({"every": "1s", "session_id": session, "task": "poke"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let schedule = body["schedule_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let events = ledger(&env, &[], &session);
+    assert_eq!(events.last().unwrap()["kind"], "run_suspended", "still parked");
+    assert!(!events.iter().any(|e| e["kind"] == "schedule_fired"));
+    let (status, _) = host.post(&format!("/v1/wakes/{wake_id}"), json!({"payload": "now"})).await;
+    assert_eq!(status, StatusCode::OK);
+    host.wait_state(&session, "completed").await;
+    host.kill9();
+    let store: Arc<dyn Schedules> =
+        Arc::new(keel_store::SqliteStore::open(env.home.path().join("keel.sqlite")).unwrap());
+    let fires = fires(&store, &schedule).await;
+    assert!(
+        fires.iter().any(|f| f.state == FireState::Skipped && f.detail.contains("overlap")),
+        "{fires:?}"
+    );
+    let results = wait_results(&ledger(&env, &[], &session)).len();
+    assert_eq!(results, 1);
+}
