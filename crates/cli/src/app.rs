@@ -80,6 +80,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Eval { command, tasks, subjects, repetitions, concurrency, out } => {
             crate::eval::command(command, tasks, &subjects, repetitions, concurrency, out).await
         }
+        Command::Schedule { command } => crate::schedule::command(command).await,
+        Command::Wake { wake_id, payload, options } => wake(&wake_id, payload, options).await,
         Command::Mcp { command: McpCommand::List { workspace } } => {
             mcp::list(workspace.as_deref()).await
         }
@@ -341,6 +343,7 @@ async fn resume(
         None => {
             kernel.resume(session_id, &resolved.run, &cancel).await.map_err(|error| match error {
                 keel_kernel::KernelError::NothingToResume(_)
+                | keel_kernel::KernelError::Waiting { .. }
                 | keel_kernel::KernelError::Sealed(_) => usage(error.to_string()),
                 other => anyhow::Error::new(other),
             })
@@ -349,6 +352,77 @@ async fn resume(
     outbox.finish().await;
     let structured = options.output_schema.is_some();
     Ok(output::finish(&report?, options.format(), shows_view(&options), started_at, structured))
+}
+
+/// `keel wake WAKE_ID [PAYLOAD]`: the wake is recorded in the store first (the first
+/// payload wins; a later `keel wake` or `POST /v1/wakes` gets the first back), then the
+/// run resumes in this process. A host sweeping the same ledger may resume it instead;
+/// the session's lease lets only one do it.
+async fn wake(wake_id: &str, payload: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
+    let started_at = keel_contracts::Clock::now(&SystemClock);
+    let (home, store, schedules) = root::open_stores().await?;
+    let session_id = keel_kernel::wake_session(wake_id)
+        .ok_or_else(|| usage(format!("{wake_id:?} is not a wake id (wake_…)")))?;
+    let events = store.read(session_id, keel_contracts::Seq(0)).await?;
+    let waiting = keel_kernel::waiting(&events)
+        .filter(|waiting| keel_kernel::same_wake_id(&waiting.wake_id, wake_id));
+    let stored = schedules.wake(wake_id).await?.filter(|stored| stored.session_id == session_id);
+    let stored = match (stored, waiting) {
+        (Some(stored), None) => {
+            outln!("already woken ({}) at {}", stored.by, stored.received_at.to_rfc3339());
+            return Ok(exit::COMPLETED);
+        }
+        (None, None) => return Err(usage(format!("no run waits for the wake id {wake_id}"))),
+        (Some(stored), Some(_)) => stored,
+        (None, Some(_)) => {
+            schedules
+                .claim_wake(&keel_store::WakeRow {
+                    wake_id: wake_id.to_owned(),
+                    session_id,
+                    payload: Some(payload.unwrap_or_default()),
+                    by: "cli".to_owned(),
+                    received_at: keel_contracts::Clock::now(&SystemClock),
+                })
+                .await?
+        }
+    };
+    keel_host::failpoints::host_point("wake_claimed").await;
+    let head = session_head(&store, session_id).await?;
+    let Some(EventKind::SessionCreated { workspace, .. }) = head.first().map(|e| &e.kind) else {
+        bail!("session {session_id} has no session_created event");
+    };
+    let Some(facts) = SessionFacts::of(&head) else {
+        bail!("session {session_id} has no session_created event");
+    };
+    crate::seal::refuse_sealed(session_id, &head)?;
+    let workspace = canonical_workspace(Some(Path::new(workspace)))?;
+    let prepared = root::prepare(
+        &home,
+        &workspace,
+        &settings(&options),
+        Some(&facts),
+        &store,
+        terminal_person(),
+    )?;
+    let Assembly { kernel, resolved, outbox, mcp: _mcp } =
+        root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
+    let cancel = cancel_on_ctrl_c();
+    let answer = keel_host::schedule::answer_of(&stored);
+    let report = kernel.wake(session_id, wake_id, &answer, &resolved.run, &cancel).await;
+    outbox.finish().await;
+    let report = report.map_err(|error| match error {
+        keel_kernel::KernelError::NotWaiting { .. } | keel_kernel::KernelError::Sealed(_) => {
+            usage(error.to_string())
+        }
+        other => anyhow::Error::new(other),
+    })?;
+    Ok(output::finish(
+        &report,
+        options.format(),
+        shows_view(&options),
+        started_at,
+        options.output_schema.is_some(),
+    ))
 }
 
 async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> anyhow::Result<u8> {

@@ -147,6 +147,21 @@ pub(crate) enum Command {
         #[arg(long, value_name = "DIR", required = true)]
         out: Option<PathBuf>,
     },
+    /// Schedules: turns that start without a user (fired by `keel serve`).
+    Schedule {
+        #[command(subcommand)]
+        command: ScheduleCommand,
+    },
+    /// Wake a run parked on `wait`: records the wake (the first payload wins) and resumes
+    /// the run here, in this process; no host is needed.
+    Wake {
+        /// The wake id the run printed (`wake_…`).
+        wake_id: String,
+        /// The payload the run gets back as the `wait` result (empty when absent).
+        payload: Option<String>,
+        #[command(flatten)]
+        options: RunOptions,
+    },
     /// MCP servers from config.toml.
     Mcp {
         #[command(subcommand)]
@@ -177,6 +192,79 @@ pub(crate) enum Command {
         /// Largest request body in bytes.
         #[arg(long, default_value_t = 1024 * 1024)]
         max_body_bytes: usize,
+    },
+}
+
+/// `keel schedule add`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ScheduleAdd {
+    /// An interval: 90s, 10m, 1h.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        conflicts_with = "cron",
+        required_unless_present = "cron"
+    )]
+    pub(crate) every: Option<String>,
+    /// A cron expression (5 or 6 fields), e.g. "0 9 * * MON-FRI".
+    #[arg(long, value_name = "EXPR")]
+    pub(crate) cron: Option<String>,
+    /// The cron expression's time zone (IANA, e.g. Europe/Berlin; default UTC).
+    #[arg(long, value_name = "ZONE", requires = "cron")]
+    pub(crate) tz: Option<String>,
+    /// Fire new turns into this session (id or unique prefix).
+    #[arg(long, conflicts_with_all = ["workspace", "model"])]
+    pub(crate) session: Option<String>,
+    /// A new session per fire in this workspace.
+    #[arg(short = 'C', long = "workspace", value_name = "DIR", requires = "model")]
+    pub(crate) workspace: Option<PathBuf>,
+    /// The model of each new session.
+    #[arg(short = 'm', long, value_name = "SPEC")]
+    pub(crate) model: Option<String>,
+    /// Consent in fired runs of a new session (default deny: nobody is there to ask).
+    #[arg(long, value_enum)]
+    pub(crate) approval: Option<ApprovalArg>,
+    /// When the last fire still runs: skip (default), buffer (one), allow.
+    #[arg(long, value_name = "POLICY", default_value = "skip")]
+    pub(crate) overlap: String,
+    /// How far back slots missed while no host ran are caught up (one fire).
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub(crate) catch_up: String,
+    /// Step ceiling of each fired run.
+    #[arg(long, value_name = "N")]
+    pub(crate) max_steps: Option<u32>,
+    /// Cost ceiling of each fired run, in USD.
+    #[arg(long, value_name = "X")]
+    pub(crate) max_cost_usd: Option<f64>,
+    /// The task of each fired turn.
+    pub(crate) task: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ScheduleCommand {
+    /// Add a schedule: every DURATION or on a cron expression, into a session or a new
+    /// session per fire from a workspace and model.
+    Add(Box<ScheduleAdd>),
+    /// List schedules with their last fire.
+    List {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a schedule (its fires stay as history).
+    Rm {
+        /// Schedule id or unique prefix.
+        id: String,
+    },
+    /// Stop a schedule from firing until resumed.
+    Pause {
+        /// Schedule id or unique prefix.
+        id: String,
+    },
+    /// Let a paused schedule fire again (missed slots within the catch-up window fire once).
+    Resume {
+        /// Schedule id or unique prefix.
+        id: String,
     },
 }
 

@@ -19,6 +19,7 @@ mod eval;
 mod habits;
 mod mcp;
 mod output;
+mod schedule;
 mod seal;
 mod trust;
 mod view;

@@ -370,6 +370,14 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
             }
             line
         }
+        EventKind::ScheduleFired { schedule_id, scheduled_at } => {
+            format!("#{seq} schedule {schedule_id} fired for {}", scheduled_at.to_rfc3339())
+        }
+        EventKind::WaitStarted { wake_id, event, deadline, .. } => format!(
+            "#{seq} waiting for {} until {}: keel wake {wake_id} [PAYLOAD]",
+            clip(event, 200),
+            deadline.to_rfc3339()
+        ),
         EventKind::BoundaryRevised { revision, boundary, justification } => format!(
             "#{seq} boundary widened (revision {revision}): read {:?}, write {:?}, network {} — {}",
             boundary.read,

@@ -312,6 +312,20 @@ impl View {
                 | PermissionAnswer::AllowSession
                 | PermissionAnswer::AllowExact => {}
             },
+            EventKind::ScheduleFired { schedule_id, scheduled_at } => {
+                out.push(progress(format!(
+                    "  schedule {schedule_id} fired for {}",
+                    scheduled_at.to_rfc3339()
+                )));
+            }
+            EventKind::WaitStarted { wake_id, event, deadline, .. } => {
+                out.push(progress(format!(
+                    "  {} waiting for {} until {} — keel wake {wake_id} [PAYLOAD]",
+                    paint.yellow("…"),
+                    one_line(event, 160),
+                    deadline.to_rfc3339()
+                )));
+            }
             EventKind::BoundaryRevised { boundary, justification, .. } => {
                 let mut room = Vec::new();
                 if !boundary.read.is_empty() {

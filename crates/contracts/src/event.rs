@@ -605,6 +605,27 @@ pub enum EventKind {
         /// Its arguments.
         arguments: serde_json::Value,
     },
+    /// A schedule fired into this session (DESIGN.md §9 "Schedules and wakes"): recorded
+    /// after the fire `(schedule_id, scheduled_at)` was claimed and before its turn starts.
+    ScheduleFired {
+        /// The schedule.
+        schedule_id: uuid::Uuid,
+        /// The slot this fire is for (not when it ran).
+        scheduled_at: DateTime<Utc>,
+    },
+    /// The run parked on the intrinsic `wait` tool: the `run_suspended` (reason `waiting`)
+    /// that follows ends it, and a wake with `wake_id` (or the deadline) resumes it with a
+    /// new run whose first fact is the `tool_result` for `call_id`.
+    WaitStarted {
+        /// The `wait` call left open until the wake.
+        call_id: ToolCallId,
+        /// What resumes the run: `POST /v1/wakes/{wake_id}` or `keel wake WAKE_ID`.
+        wake_id: String,
+        /// What the agent said it waits for (its own words; shown, never interpreted).
+        event: String,
+        /// When the wait times out: the run resumes with `timed out`.
+        deadline: DateTime<Utc>,
+    },
     /// The run ended with a tool-free answer.
     RunCompleted {
         /// Why.
@@ -713,6 +734,8 @@ impl EventKind {
             EventKind::BoundaryRevised { .. } => "boundary_revised",
             EventKind::SkillCatalog { .. } => "skill_catalog",
             EventKind::SkillActivated { .. } => "skill_activated",
+            EventKind::ScheduleFired { .. } => "schedule_fired",
+            EventKind::WaitStarted { .. } => "wait_started",
         }
     }
 
@@ -750,6 +773,8 @@ impl EventKind {
             | EventKind::ShadowIntent { .. }
             | EventKind::SkillCatalog { .. }
             | EventKind::SkillActivated { .. }
+            | EventKind::ScheduleFired { .. }
+            | EventKind::WaitStarted { .. }
             | EventKind::BoundaryRevised { .. } => false,
         }
     }

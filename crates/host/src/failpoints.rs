@@ -43,9 +43,35 @@ pub fn install(kernel: Kernel) -> anyhow::Result<Kernel> {
             return Err(usage(format!("{VARIABLE} is not valid UTF-8")));
         }
     };
+    if HOST_POINTS.contains(&text.trim()) {
+        return Ok(kernel);
+    }
     let stop =
         StopAt::parse(text.trim()).map_err(|reason| usage(format!("{VARIABLE}: {reason}")))?;
     Ok(kernel.with_failpoints(Arc::new(stop)))
+}
+
+/// Failpoints of the host itself, outside the kernel's loop: `wake_claimed` (a wake is
+/// durable in the store, its run not yet resumed).
+pub const HOST_POINTS: &[&str] = &["wake_claimed"];
+
+/// Stops here (prints the marker, then waits forever) when `KEEL_FAILPOINT` names the host
+/// point `name`; returns at once otherwise.
+///
+/// # Cancel safety
+///
+/// Waiting forever is the point; dropping it is harmless.
+pub async fn host_point(name: &str) {
+    let named = std::env::var(VARIABLE).is_ok_and(|text| text.trim() == name);
+    if !named {
+        return;
+    }
+    {
+        let mut stderr = std::io::stderr().lock();
+        let _ = writeln!(stderr, "{MARKER} {name}");
+        let _ = stderr.flush();
+    }
+    std::future::pending::<()>().await;
 }
 
 /// Waits forever at the `nth` hit of `point`, and at every hit after that.

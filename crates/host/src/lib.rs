@@ -25,6 +25,7 @@ pub mod pricing;
 pub mod provider;
 pub mod root;
 pub mod safe_read;
+pub mod schedule;
 pub mod serve;
 pub mod skills;
 pub mod terminal;

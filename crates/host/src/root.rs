@@ -61,6 +61,17 @@ pub struct RunSettings {
 /// The ledger: PostgreSQL when `KEEL_DATABASE_URL` is set (a `postgres://` URL), else the
 /// embedded SQLite file under KEEL_HOME.
 pub async fn open_store() -> anyhow::Result<(PathBuf, Arc<dyn Store>)> {
+    let (home, store, _) = open_stores().await?;
+    Ok((home, store))
+}
+
+/// [`open_store`], with the same database's schedules, fires and wakes.
+///
+/// # Errors
+///
+/// As [`open_store`].
+pub async fn open_stores()
+-> anyhow::Result<(PathBuf, Arc<dyn Store>, Arc<dyn keel_store::Schedules>)> {
     let home = config::keel_home()?;
     let database_url = match std::env::var("KEEL_DATABASE_URL") {
         Ok(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
@@ -75,15 +86,19 @@ pub async fn open_store() -> anyhow::Result<(PathBuf, Arc<dyn Store>)> {
                 "KEEL_DATABASE_URL must be a postgres:// URL (unset it for the embedded ledger)",
             ));
         }
-        let store = keel_store::PgStore::connect(&url)
-            .await
-            .context("cannot open the PostgreSQL ledger named by KEEL_DATABASE_URL")?;
-        return Ok((home, Arc::new(store)));
+        let store = Arc::new(
+            keel_store::PgStore::connect(&url)
+                .await
+                .context("cannot open the PostgreSQL ledger named by KEEL_DATABASE_URL")?,
+        );
+        return Ok((home, store.clone(), store));
     }
     let path = keel_store::default_path(&home);
-    let store = SqliteStore::open(&path)
-        .with_context(|| format!("cannot open the ledger at {}", path.display()))?;
-    Ok((home, Arc::new(store)))
+    let store = Arc::new(
+        SqliteStore::open(&path)
+            .with_context(|| format!("cannot open the ledger at {}", path.display()))?,
+    );
+    Ok((home, store.clone(), store))
 }
 
 /// A usage or configuration error (the CLI's exit status 2, the host's 400).
@@ -523,6 +538,8 @@ pub fn build_kernel(
         counter: resolved.counter.clone(),
     };
     let kernel = Kernel::with_max_agent_depth(deps, resolved.max_agent_depth)
+        .context("cannot assemble the tool registry")?
+        .with_wait()
         .context("cannot assemble the tool registry")?
         .with_lease_holder(lease_holder())
         .with_holder_liveness(Arc::new(LocalProcesses));

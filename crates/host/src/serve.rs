@@ -23,6 +23,7 @@ mod approvals;
 mod events;
 mod ledger;
 mod openapi;
+mod schedules;
 mod state;
 mod token;
 mod web;
@@ -111,7 +112,7 @@ pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
         roots.push(canonical);
     }
     config.workspace_roots = roots;
-    let (home, store) = root::open_store().await?;
+    let (home, store, schedule_store) = root::open_stores().await?;
     let token = token::load(&home)?;
     let host = Arc::new(state::Host::new(store, home, config.clone()));
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -149,6 +150,8 @@ pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
             resumer.take_over().await;
         }
     });
+    // Schedules fire and waiting runs wake from boot, with no client connected.
+    schedules::start(host.clone(), schedule_store);
     axum::serve(listener, router).await?;
     Ok(())
 }

@@ -46,6 +46,22 @@ pub enum KernelError {
     /// `resume` without new input found nothing to continue.
     #[error("session {0} has nothing to resume: its last turn completed; give a new task")]
     NothingToResume(SessionId),
+    /// `resume` found the session's run parked on `wait`: only its wake resumes it.
+    #[error("session {session_id} waits for a wake: keel wake {wake_id} [PAYLOAD] resumes it")]
+    Waiting {
+        /// The session.
+        session_id: SessionId,
+        /// The wake id its run waits for.
+        wake_id: String,
+    },
+    /// `wake` found no run parked on a wait with the given wake id.
+    #[error("session {session_id} is not waiting for this wake: {reason}")]
+    NotWaiting {
+        /// The session.
+        session_id: SessionId,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The kernel's result type.

@@ -245,6 +245,10 @@ impl Kernel {
             self.drop_lease(&mut ledger).await;
             return Err(KernelError::NothingToResume(session_id));
         };
+        if let Some(waiting) = crate::wait::waiting(ledger.events()) {
+            self.drop_lease(&mut ledger).await;
+            return Err(KernelError::Waiting { session_id, wake_id: waiting.wake_id });
+        }
         self.drive(ledger, turn_id, last_run, config, cancel).await
     }
 
@@ -334,9 +338,23 @@ impl Kernel {
 
     async fn drive(
         &self,
+        ledger: Ledger,
+        turn_id: TurnId,
+        resumes: Option<RunId>,
+        config: &RunConfig,
+        cancel: &Cancellation,
+    ) -> Result<RunReport> {
+        self.drive_with(ledger, turn_id, resumes, None, config, cancel).await
+    }
+
+    /// [`Kernel::drive`], with `first` (a woken `wait`'s result) staged right after
+    /// `run_started`, so both are durable together.
+    pub(crate) async fn drive_with(
+        &self,
         mut ledger: Ledger,
         turn_id: TurnId,
         resumes: Option<RunId>,
+        first: Option<FirstResult>,
         config: &RunConfig,
         cancel: &Cancellation,
     ) -> Result<RunReport> {
@@ -380,6 +398,22 @@ impl Kernel {
                 resumes,
             },
         );
+        if let Some(first) = first {
+            let bytes = first.content.len() as u64;
+            ledger.stage(
+                turn,
+                run,
+                EventKind::ToolResult {
+                    call_id: first.call_id,
+                    attempt_id: None,
+                    tool: first.tool,
+                    outcome: first.outcome,
+                    content: first.content,
+                    bytes,
+                    raw: None,
+                },
+            );
+        }
         let info = self.deps.model.info();
         let catalog = crate::skills::catalog(
             &config.skills,
@@ -781,6 +815,10 @@ impl Kernel {
                     next += 1;
                     continue;
                 }
+                if calls.is_parked() {
+                    calls.answer_after_wait(&mut ledger, turn_id, run_id, call).await?;
+                    continue;
+                }
                 if cancelled || cancel.is_cancelled() {
                     cancelled = true;
                     calls.answer_cancelled(&mut ledger, turn_id, run_id, call).await?;
@@ -810,6 +848,23 @@ impl Kernel {
             }
             if let Some(answer) = submitted {
                 break TurnOutcome::Completed { text: answer };
+            }
+
+            if let Some(parked) = calls.take_parked() {
+                ledger.stage(
+                    turn,
+                    run,
+                    EventKind::WaitStarted {
+                        call_id: parked.call_id,
+                        wake_id: parked.wake_id,
+                        event: parked.event,
+                        deadline: parked.deadline,
+                    },
+                );
+                break TurnOutcome::Suspended {
+                    reason: crate::wait::WAITING_REASON.to_owned(),
+                    report: String::new(),
+                };
             }
             if out_of_time {
                 let max = config.budget.max_time.unwrap_or_default().as_millis();
@@ -893,6 +948,15 @@ impl Kernel {
         self.drop_lease(&mut ledger).await;
         Ok(RunReport { session_id: ledger.session_id, turn_id, run_id, outcome, usage })
     }
+}
+
+/// A tool result a run records first, right after `run_started` (a woken `wait`).
+#[derive(Debug, Clone)]
+pub(crate) struct FirstResult {
+    pub(crate) call_id: keel_contracts::ToolCallId,
+    pub(crate) tool: String,
+    pub(crate) outcome: keel_contracts::Outcome,
+    pub(crate) content: String,
 }
 
 /// keel's own count of the figures a response's usage lacks: the request's estimated size

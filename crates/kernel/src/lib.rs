@@ -39,6 +39,7 @@ mod registry;
 mod seal;
 mod settlement;
 pub mod skills;
+mod wait;
 
 pub use cancel::Cancellation;
 pub use error::{KernelError, Result};
@@ -51,3 +52,7 @@ pub use lease::{HolderLiveness, LEASE_RENEW_EVERY, LEASE_TTL, UnknownLiveness};
 pub use outbox::{NoOutbox, OUTBOX_FLUSH_TIMEOUT, Outbox};
 pub use permission::{PermissionHook, PermissionRequest, StaticPermissions};
 pub use registry::{AgentTools, Registry, RegistryError};
+pub use wait::{
+    MAX_WAIT, TIMED_OUT, WAIT, WAITING_REASON, Waiting, WakeAnswer, same_wake_id, waiting,
+    wake_session,
+};

@@ -207,6 +207,8 @@ impl Projector {
             | EventKind::RunDenied { .. }
             | EventKind::SkillCatalog { .. }
             | EventKind::SkillActivated { .. }
+            | EventKind::ScheduleFired { .. }
+            | EventKind::WaitStarted { .. }
             | EventKind::BoundaryRevised { .. } => {}
         }
     }

@@ -127,6 +127,11 @@ impl Registry {
         Ok(registry)
     }
 
+    /// This registry with keel's own intrinsic `tool` appended (see `Kernel::with_wait`).
+    pub(crate) fn with_tool(self, tool: Arc<dyn Tool>) -> Result<Registry, RegistryError> {
+        self.with_run_tools(vec![tool])
+    }
+
     /// The tool called `name`, if registered.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.by_name.get(name).map(|&index| &self.entries[index].tool)

@@ -94,6 +94,8 @@ pub(crate) struct CallState<'a> {
     failures: BTreeMap<(String, String), u32>,
     /// The final answer a valid `submit` handed in, as JSON text.
     submitted: Option<String>,
+    /// Set when a `wait` call parked the run.
+    parked: Option<crate::wait::Parked>,
 }
 
 impl CallState<'_> {
@@ -239,6 +241,7 @@ impl<'a> CallState<'a> {
             denied: None,
             failures: BTreeMap::new(),
             submitted: None,
+            parked: None,
         }
     }
 
@@ -427,6 +430,28 @@ impl<'a> CallState<'a> {
     /// The final answer handed in through `submit` in this step, if any (the run ends).
     pub(crate) fn take_submitted(&mut self) -> Option<String> {
         self.submitted.take()
+    }
+
+    /// Whether a `wait` call parked the run in this step.
+    pub(crate) fn is_parked(&self) -> bool {
+        self.parked.is_some()
+    }
+
+    /// The wait that parked the run, if one did.
+    pub(crate) fn take_parked(&mut self) -> Option<crate::wait::Parked> {
+        self.parked.take()
+    }
+
+    /// Answers a call after a `wait` in the same step: not run.
+    pub(crate) async fn answer_after_wait(
+        &mut self,
+        ledger: &mut Ledger,
+        turn_id: TurnId,
+        run_id: RunId,
+        call: &ToolCall,
+    ) -> Result<()> {
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call, hold: None };
+        call.result(ledger, None, Outcome::Cancelled, crate::wait::AFTER_WAIT.into()).await
     }
 
     /// What sub-agents spent since the last call of this.
@@ -728,6 +753,25 @@ impl<'a> CallState<'a> {
             call.gate(ledger, Decision::Allow, allow_reason).await?;
         }
 
+        if spec.intrinsic && name == crate::wait::WAIT {
+            // No attempt: parking has no effect to prepare for. The call stays open until
+            // the wake; a crash before `run_suspended` leaves it to recovery like any call
+            // that was not dispatched.
+            match crate::wait::park(
+                self.deps.ids.as_ref(),
+                self.deps.clock.now(),
+                ledger.session_id,
+                &tool_call.call_id,
+                &tool_call.arguments,
+            ) {
+                Ok(parked) => self.parked = Some(parked),
+                Err(text) => {
+                    *self.failures.entry(failure_key).or_insert(0) += 1;
+                    return call.result(ledger, None, Outcome::Error, text).await;
+                }
+            }
+            return Ok(());
+        }
         let attempt_id = self.deps.ids.attempt_id();
         self.failpoints.hit(Failpoint::BeforePrepare).await;
         // The one event that must be durable before the effect: committed now, together

@@ -33,6 +33,7 @@ mod error;
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod record;
+pub mod schedules;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -44,5 +45,6 @@ pub use postgres::{
     CONNECT_TIMEOUT, IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, MAX_CONNECTIONS, PG_SCHEMA_VERSION,
     POOL_WAIT_TIMEOUT, PgStore,
 };
+pub use schedules::{FireRow, FireState, ScheduleRow, Schedules, SchedulesError, WakeRow};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{BUSY_TIMEOUT, SCHEMA_VERSION, SqliteStore, default_path};

@@ -23,6 +23,7 @@
 //! where NUL is already escaped.
 
 mod leases;
+mod schedules;
 mod schema;
 
 use std::borrow::Cow;

@@ -19,6 +19,7 @@
 //! savepoint and fails alone; only a failed `COMMIT` fails the whole group.
 
 mod leases;
+mod schedules;
 mod schema;
 
 use std::fmt;

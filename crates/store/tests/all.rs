@@ -12,4 +12,5 @@ mod suite {
     mod concurrency;
     mod conformance;
     mod postgres;
+    mod schedules;
 }

@@ -379,7 +379,9 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::ToolResult { .. }
         | EventKind::ShadowIntent { .. }
         | EventKind::SkillCatalog { .. }
-        | EventKind::SkillActivated { .. } => None,
+        | EventKind::SkillActivated { .. }
+        | EventKind::ScheduleFired { .. }
+        | EventKind::WaitStarted { .. } => None,
     };
     // Sealing is final: nothing recorded afterwards makes a sealed session look runnable.
     if let Some(status) = status

@@ -19,6 +19,7 @@ mod redteam_rules;
 mod redteam_trust;
 mod resume_e2e;
 mod retries_e2e;
+mod schedules_e2e;
 mod seal;
 mod serve_e2e;
 mod support;

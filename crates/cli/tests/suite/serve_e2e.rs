@@ -361,6 +361,9 @@ async fn serve_openapi_names_every_route() {
         "/v1/sessions/{id}/events",
         "/v1/sessions/{id}/permissions",
         "/v1/sessions/{id}/permissions/{call_id}",
+        "/v1/schedules",
+        "/v1/schedules/{id}",
+        "/v1/wakes/{wake_id}",
     ] {
         assert!(paths.contains_key(path), "{path} missing from the OpenAPI document");
     }

@@ -52,6 +52,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/events", get(get_events))
         .route("/v1/sessions/{id}/permissions", get(list_permissions))
         .route("/v1/sessions/{id}/permissions/{call_id}", post(answer_permission))
+        .merge(super::schedules::routes())
         // The bearer token, or a logged-in browser's cookie (with CSRF checks).
         .route_layer(middleware::from_fn_with_state(state.clone(), super::web::require_auth));
     Router::new()
@@ -74,7 +75,11 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(
+        status: StatusCode,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> ApiError {
         ApiError { status, code, message: message.into(), retry_after: None }
     }
 
@@ -147,7 +152,7 @@ impl IntoResponse for ApiError {
 }
 
 /// A JSON body whose rejections (bad JSON, wrong type, too large) answer in our format.
-struct Body<T>(T);
+pub(crate) struct Body<T>(pub(crate) T);
 
 impl<S, T> FromRequest<S> for Body<T>
 where
@@ -175,7 +180,7 @@ where
 }
 
 /// Path parameters whose rejections (say, bytes that are not UTF-8) answer in our format.
-struct Params<T>(T);
+pub(crate) struct Params<T>(pub(crate) T);
 
 impl<S, T> axum::extract::FromRequestParts<S> for Params<T>
 where

@@ -59,6 +59,29 @@ pub(crate) const DOCUMENT: &str = r##"{
     "/v1/sessions/{id}/permissions/{call_id}": {"post": {"parameters": [{"$ref": "#/components/parameters/id"}, {"name": "call_id", "in": "path", "required": true, "schema": {"type": "string"}}],
       "summary": "answer a request: the first answer wins; the same again is 200, a different one 409",
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Answer"}}}},
-      "responses": {"200": {"description": "{answer, by, settled_seq}"}, "202": {"description": "accepted, not recorded yet"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}}
+      "responses": {"200": {"description": "{answer, by, settled_seq}"}, "202": {"description": "accepted, not recorded yet"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/schedules": {
+      "post": {"summary": "add a schedule: every DURATION or a cron expression in a zone, into a session or a new session per fire; the host fires it, each slot once",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["task"], "additionalProperties": false, "properties": {
+          "every": {"type": "string", "description": "90s, 10m, 1h (at least 1s)"},
+          "cron": {"type": "string", "description": "5 or 6 fields"},
+          "tz": {"type": "string", "description": "IANA zone for cron (default UTC)"},
+          "session_id": {"type": "string"},
+          "workspace": {"type": "string", "description": "absolute path inside the host's workspace roots (a new session per fire)"},
+          "model": {"type": "string"},
+          "task": {"type": "string"},
+          "approval": {"enum": ["ask", "auto", "sandboxed", "deny"], "description": "new sessions only; default deny"},
+          "max_steps": {"type": "integer", "minimum": 1},
+          "max_cost_usd": {"type": "number"},
+          "overlap": {"enum": ["skip", "buffer", "allow"]},
+          "catch_up": {"type": "string", "description": "window for slots missed while no host ran (default 5m, at least 5s)"}}}}}},
+        "responses": {"201": {"description": "{schedule_id}"}, "400": {"$ref": "#/components/responses/Error"}, "403": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}}},
+      "get": {"summary": "schedules this host admits, with their last fire", "responses": {"200": {"description": "[{schedule_id, created_at, paused, when, target, task, overlap, catch_up_ms, last_fire?}]"}}}},
+    "/v1/schedules/{id}": {"delete": {"parameters": [{"$ref": "#/components/parameters/id"}], "summary": "remove a schedule (its fires stay as history)",
+      "responses": {"200": {"description": "{schedule_id, removed}"}, "404": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/wakes/{wake_id}": {"post": {"parameters": [{"name": "wake_id", "in": "path", "required": true, "schema": {"type": "string"}}],
+      "summary": "wake a run parked on wait: the first payload wins and the run resumes once; again, 200 with the first result",
+      "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object", "additionalProperties": false, "properties": {"payload": {"description": "text (or JSON, sent as its text), at most 64 KiB; the run sees it fenced as untrusted data"}}}}}},
+      "responses": {"200": {"description": "{wake_id, session_id, payload, by, received_at}"}, "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"}}}}
   }
 }"##;

@@ -62,6 +62,8 @@ pub(crate) enum Job {
     Turn(String),
     /// The session's interrupted or suspended turn, with a new run.
     Resume,
+    /// The session's run parked on `wait` with this wake id, woken with this answer.
+    Wake(String, keel_kernel::WakeAnswer),
 }
 
 /// The ids of a run that started.
@@ -87,6 +89,8 @@ pub(crate) struct Host {
     pub(crate) feed: Arc<Feed>,
     pub(crate) approvals: Arc<Approvals>,
     active: Mutex<(u64, HashMap<SessionId, Active>)>,
+    /// Schedules, fires and wakes (the same database as `store`), set once at start.
+    pub(crate) schedules: std::sync::OnceLock<Arc<dyn keel_store::Schedules>>,
 }
 
 impl Host {
@@ -98,6 +102,7 @@ impl Host {
             feed: Arc::new(Feed::default()),
             approvals: Arc::new(Approvals::default()),
             active: Mutex::new((0, HashMap::new())),
+            schedules: std::sync::OnceLock::new(),
         }
     }
 
@@ -269,6 +274,9 @@ impl Host {
             let report = match &job {
                 Job::Turn(input) => assembly.kernel.run_turn(session_id, input, run, &cancel).await,
                 Job::Resume => assembly.kernel.resume(session_id, run, &cancel).await,
+                Job::Wake(wake_id, answer) => {
+                    assembly.kernel.wake(session_id, wake_id, answer, run, &cancel).await
+                }
             };
             assembly.outbox.finish().await;
             if let Err(error) = &report {

@@ -21,3 +21,4 @@ mod skills;
 mod support;
 mod turn_loop;
 mod usage;
+mod wait;

@@ -261,6 +261,16 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
                 format!("session_created {model} {mode:?} forbidden={:?}", envelope.forbidden)
             }
             EventKind::SessionSealed { reason } => format!("session_sealed {reason}"),
+            EventKind::ScheduleFired { schedule_id, scheduled_at } => {
+                format!(
+                    "schedule_fired {} {}",
+                    short(&schedule_id.to_string()),
+                    scheduled_at.to_rfc3339()
+                )
+            }
+            EventKind::WaitStarted { call_id, event, deadline, .. } => {
+                format!("wait_started {call_id} {event:?} until {}", deadline.to_rfc3339())
+            }
             EventKind::TurnStarted { input } => format!("turn_started {input:?}"),
             EventKind::RunStarted { mode, approval, budget, resumes, .. } => format!(
                 "run_started {mode:?} {approval:?} max_steps={:?}{}",

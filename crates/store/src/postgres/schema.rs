@@ -65,6 +65,33 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE keel.sessions ADD COLUMN usage text;
     CREATE INDEX events_by_kind ON keel.events (session_id, kind, seq);
     "#,
+    // 4: schedules, their fires (one row per claimed slot, unique) and delivered wakes.
+    r#"
+    CREATE TABLE keel.schedules (
+        id uuid PRIMARY KEY,
+        created_at_ms bigint NOT NULL,
+        paused boolean NOT NULL,
+        spec text NOT NULL
+    );
+    CREATE TABLE keel.schedule_fires (
+        schedule_id uuid NOT NULL,
+        scheduled_at_ms bigint NOT NULL,
+        holder text NOT NULL,
+        claimed_at_ms bigint NOT NULL,
+        state text NOT NULL,
+        session_id uuid,
+        detail text NOT NULL,
+        PRIMARY KEY (schedule_id, scheduled_at_ms)
+    );
+    CREATE INDEX schedule_fires_by_state ON keel.schedule_fires (state, claimed_at_ms);
+    CREATE TABLE keel.wakes (
+        wake_id text PRIMARY KEY,
+        session_id uuid NOT NULL,
+        payload text,
+        delivered_by text NOT NULL,
+        received_at_ms bigint NOT NULL
+    );
+    "#,
 ];
 
 /// The version whose migration added `keel.sessions.usage`, which [`backfill_usage`] fills.

@@ -58,6 +58,33 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE sessions ADD COLUMN usage TEXT;
     CREATE INDEX events_by_kind ON events (session_id, kind, seq);
     ",
+    // 4: schedules, their fires (one row per claimed slot, unique) and delivered wakes.
+    "
+    CREATE TABLE schedules (
+        id TEXT PRIMARY KEY NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        paused INTEGER NOT NULL,
+        spec TEXT NOT NULL
+    );
+    CREATE TABLE schedule_fires (
+        schedule_id TEXT NOT NULL,
+        scheduled_at_ms INTEGER NOT NULL,
+        holder TEXT NOT NULL,
+        claimed_at_ms INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        session_id TEXT,
+        detail TEXT NOT NULL,
+        PRIMARY KEY (schedule_id, scheduled_at_ms)
+    );
+    CREATE INDEX schedule_fires_by_state ON schedule_fires (state, claimed_at_ms);
+    CREATE TABLE wakes (
+        wake_id TEXT PRIMARY KEY NOT NULL,
+        session_id TEXT NOT NULL,
+        payload TEXT,
+        delivered_by TEXT NOT NULL,
+        received_at_ms INTEGER NOT NULL
+    );
+    ",
 ];
 
 /// The version whose migration added `sessions.usage`, which [`backfill_usage`] fills.

@@ -339,6 +339,7 @@ async fn migrating_a_version_2_file_backfills_usage_once() {
         connection
             .execute_batch(
                 "DROP INDEX events_by_kind;
+                 DROP TABLE schedules; DROP TABLE schedule_fires; DROP TABLE wakes;
                  ALTER TABLE sessions DROP COLUMN usage;
                  UPDATE schema_version SET version = 2;
                  UPDATE events SET body = '{not json' WHERE seq = 2 AND session_id = '00000000-0000-0000-0000-000000000002';",

@@ -287,6 +287,7 @@ async fn migrating_a_version_2_database_backfills_usage_once() {
         .await
         .batch_execute(
             "DROP INDEX keel.events_by_kind;
+             DROP TABLE keel.schedules; DROP TABLE keel.schedule_fires; DROP TABLE keel.wakes;
              ALTER TABLE keel.sessions DROP COLUMN usage;
              UPDATE keel.schema_version SET version = 2;
              UPDATE keel.events SET body = '{not json'
