@@ -302,6 +302,13 @@ pub enum EventKind {
         /// The input text.
         input: String,
     },
+    /// Input the user sent while the run was active (steering), joined at a step
+    /// boundary: after the previous step's calls were all answered, before the next model
+    /// request. The model reads it as a user message there.
+    InputJoined {
+        /// The input text.
+        input: String,
+    },
     /// A run of the loop began for the turn.
     RunStarted {
         /// Execution mode.
@@ -522,6 +529,20 @@ pub enum EventKind {
         /// The agent's justification, as shown to the user.
         justification: String,
     },
+    /// A call a program made from inside another call (a `run_code` cell's
+    /// `tools.NAME(args)`), not proposed by the model: settled like any call (gate,
+    /// consent, prepare, exactly one `tool_result` under `call_id`), and never part of the
+    /// conversation the model sees; the parent's own result is what the model reads.
+    ToolCall {
+        /// The call that made it (the `run_code` call).
+        parent_call_id: ToolCallId,
+        /// This call: `<parent>/<n>`, n from 1 in the order the program made them.
+        call_id: ToolCallId,
+        /// The tool, as the program named it.
+        tool: String,
+        /// Its arguments.
+        arguments: serde_json::Value,
+    },
     /// A tool is about to be invoked. Committed durably before any effect.
     ToolAttemptPrepared {
         /// The call.
@@ -646,6 +667,7 @@ impl EventKind {
             EventKind::SessionCreated { .. } => "session_created",
             EventKind::SessionSealed { .. } => "session_sealed",
             EventKind::TurnStarted { .. } => "turn_started",
+            EventKind::InputJoined { .. } => "input_joined",
             EventKind::RunStarted { .. } => "run_started",
             EventKind::RunComposition { .. } => "run_composition",
             EventKind::ModelRequested { .. } => "model_requested",
@@ -658,6 +680,7 @@ impl EventKind {
             EventKind::GateDecision { .. } => "gate_decision",
             EventKind::PermissionRequested { .. } => "permission_requested",
             EventKind::PermissionSettled { .. } => "permission_settled",
+            EventKind::ToolCall { .. } => "tool_call",
             EventKind::ToolAttemptPrepared { .. } => "tool_attempt_prepared",
             EventKind::ToolResult { .. } => "tool_result",
             EventKind::ShadowIntent { .. } => "shadow_intent",
@@ -687,6 +710,7 @@ impl EventKind {
             EventKind::SessionCreated { .. }
             | EventKind::SessionSealed { .. }
             | EventKind::TurnStarted { .. }
+            | EventKind::InputJoined { .. }
             | EventKind::RunStarted { .. }
             | EventKind::RunComposition { .. }
             | EventKind::ModelRequested { .. }
@@ -699,6 +723,7 @@ impl EventKind {
             | EventKind::GateDecision { .. }
             | EventKind::PermissionRequested { .. }
             | EventKind::PermissionSettled { .. }
+            | EventKind::ToolCall { .. }
             | EventKind::ToolAttemptPrepared { .. }
             | EventKind::ToolResult { .. }
             | EventKind::ShadowIntent { .. }

@@ -286,7 +286,9 @@ pub fn carry<'e>(
 ) -> CarriedContext {
     for event in events {
         match &event.kind {
-            EventKind::TurnStarted { input } => carried.inputs.push(input.clone()),
+            EventKind::TurnStarted { input } | EventKind::InputJoined { input } => {
+                carried.inputs.push(input.clone());
+            }
             EventKind::ModelResponse {
                 tool_calls, purpose: RequestPurpose::Conversation, ..
             } => {

@@ -19,6 +19,7 @@
 mod cancel;
 mod checkpoint;
 mod children;
+mod codemode;
 mod command_line;
 pub mod compaction;
 mod config;
@@ -38,8 +39,10 @@ pub mod recovery;
 mod registry;
 mod seal;
 mod settlement;
+mod steering;
 
 pub use cancel::Cancellation;
+pub use codemode::CodeLimits;
 pub use error::{KernelError, Result};
 pub use failpoint::{Failpoint, Failpoints, NoFailpoints};
 pub use kernel::{
@@ -50,3 +53,4 @@ pub use lease::{HolderLiveness, LEASE_RENEW_EVERY, LEASE_TTL, UnknownLiveness};
 pub use outbox::{NoOutbox, OUTBOX_FLUSH_TIMEOUT, Outbox};
 pub use permission::{PermissionHook, PermissionRequest, StaticPermissions};
 pub use registry::{AgentTools, Registry, RegistryError};
+pub use steering::{Joined, Steering, SteeringClosed};

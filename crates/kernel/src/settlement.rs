@@ -17,6 +17,8 @@ use crate::intrinsic::{READ_TOOL_RESULT, REQUEST_BOUNDARY, read_tool_result};
 use crate::kernel::REPEATED_FAILURE_LIMIT;
 use crate::ledger::Ledger;
 use crate::permission::PermissionRequest;
+
+mod cell;
 use crate::registry::Registry;
 use crate::{Cancellation, KernelDeps, Result};
 
@@ -56,6 +58,8 @@ pub(crate) struct CallPolicy {
     /// The session's widened boundary at the start of the run, and its revision.
     pub(crate) boundary: keel_contracts::Boundary,
     pub(crate) revision: u32,
+    /// The bounds of a `run_code` cell.
+    pub(crate) code_limits: crate::CodeLimits,
 }
 
 /// Per-run state of tool settlement.
@@ -92,6 +96,8 @@ pub(crate) struct CallState<'a> {
     denied: Option<String>,
     /// Failed attempts per (tool, arguments digest), for blocking identical repeats.
     failures: BTreeMap<(String, String), u32>,
+    /// The bounds of a `run_code` cell.
+    code_limits: crate::CodeLimits,
 }
 
 impl CallState<'_> {
@@ -181,6 +187,7 @@ impl<'a> CallState<'a> {
             failpoints,
             boundary,
             revision,
+            code_limits,
         } = policy;
         let denied_paths = rules.denied_paths(&workspace.display().to_string());
         let write_denied_paths = rules.write_denied_paths(&workspace.display().to_string());
@@ -206,6 +213,7 @@ impl<'a> CallState<'a> {
             negotiated_this_step: false,
             denied: None,
             failures: BTreeMap::new(),
+            code_limits,
         }
     }
 
@@ -599,6 +607,10 @@ impl<'a> CallState<'a> {
                     let history = ledger.history_from(keel_contracts::Seq(1)).await?;
                     read_tool_result(&history, &tool_call.arguments)
                 };
+            return call.output(ledger, Some(attempt_id), output).await;
+        }
+        if spec.intrinsic && name == crate::codemode::RUN_CODE {
+            let output = self.run_cell(ledger, &call, cancel).await?;
             return call.output(ledger, Some(attempt_id), output).await;
         }
         if spec.intrinsic && is_agent_tool(name) {

@@ -70,6 +70,8 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::PermissionRequested { .. }
         | EventKind::PermissionSettled { .. }
         | EventKind::BoundaryRevised { .. }
+        | EventKind::ToolCall { .. }
+        | EventKind::InputJoined { .. }
         | EventKind::ToolAttemptPrepared { .. }
         | EventKind::ToolResult { .. }
         | EventKind::ShadowIntent { .. } => None,

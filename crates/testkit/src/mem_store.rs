@@ -375,6 +375,8 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::PermissionRequested { .. }
         | EventKind::PermissionSettled { .. }
         | EventKind::BoundaryRevised { .. }
+        | EventKind::ToolCall { .. }
+        | EventKind::InputJoined { .. }
         | EventKind::ToolAttemptPrepared { .. }
         | EventKind::ToolResult { .. }
         | EventKind::ShadowIntent { .. } => None,

@@ -1,6 +1,7 @@
 mod boundary;
 mod budgets;
 mod children;
+mod codemode;
 mod context;
 mod data;
 mod dependencies;
@@ -15,6 +16,7 @@ mod repeats;
 mod retries;
 mod seal;
 mod settlement;
+mod steering;
 mod support;
 mod turn_loop;
 mod usage;

@@ -256,6 +256,7 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
             }
             EventKind::SessionSealed { reason } => format!("session_sealed {reason}"),
             EventKind::TurnStarted { input } => format!("turn_started {input:?}"),
+            EventKind::InputJoined { input } => format!("input_joined {input:?}"),
             EventKind::RunStarted { mode, approval, budget, resumes, .. } => format!(
                 "run_started {mode:?} {approval:?} max_steps={:?}{}",
                 budget.max_steps,
@@ -318,6 +319,9 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
             EventKind::PermissionSettled { call_id, answer, by, expires_at, .. } => {
                 let until = expires_at.map(|at| format!(" until {at}")).unwrap_or_default();
                 format!("permission_settled {call_id} {answer:?} by {by}{until}")
+            }
+            EventKind::ToolCall { parent_call_id, call_id, tool, arguments } => {
+                format!("tool_call {call_id} {tool} {arguments} parent={parent_call_id}")
             }
             EventKind::ToolAttemptPrepared { call_id, attempt_id, .. } => {
                 format!("tool_attempt_prepared {call_id}/{}", short(&attempt_id.to_string()))
