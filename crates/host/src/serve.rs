@@ -24,6 +24,7 @@ mod events;
 mod ledger;
 mod openapi;
 mod state;
+mod steer;
 mod token;
 mod web;
 

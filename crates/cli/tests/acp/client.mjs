@@ -84,7 +84,8 @@ await app.connectWith(stream, async (ctx) => {
   seen.turnOneUpdates = seen.updates.length;
   if (scenario === "one") return;
 
-  // Cancel once the command runs; meanwhile, a second prompt must be refused.
+  // Cancel once the command runs; a prompt sent meanwhile is queued into the running turn
+  // (steering) and, since the turn is cancelled before its next step, answered unjoined.
   const running = new Promise((resolve) => {
     onUpdate = (params) => {
       const u = params.update;
@@ -93,17 +94,17 @@ await app.connectWith(stream, async (ctx) => {
   });
   const second = prompt(ctx, sessionId, "Run the long command.");
   await running;
-  try {
-    await prompt(ctx, sessionId, "A prompt while a turn runs.");
-    seen.busy = "accepted";
-  } catch (error) {
-    seen.busy = { code: error.code, data: error.data ?? null };
-  }
+  const queued = prompt(ctx, sessionId, "A prompt while a turn runs.").then(
+    (answer) => ({ stopReason: answer.stopReason }),
+    (error) => ({ code: error.code, data: error.data ?? null }),
+  );
+  await new Promise((resolve) => setTimeout(resolve, 300));
   const cancelledAt = Date.now();
   await ctx.notify(acp.methods.agent.session.cancel, { sessionId });
   const stopped = await second;
   seen.cancelMs = Date.now() - cancelledAt;
   seen.stops.push(stopped.stopReason);
+  seen.busy = await queued;
 });
 
 agent.stdin.end();

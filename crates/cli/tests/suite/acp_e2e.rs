@@ -122,8 +122,13 @@ fn acp_turns_consent_cancel_and_load_replay_with_the_official_sdk() {
     assert_eq!(std::fs::read_to_string(ws.join("approved.txt")).unwrap(), "approved\n");
     assert!(!ws.join("denied.txt").exists());
     assert!(seen["cancelMs"].as_u64().unwrap() < 10_000, "{seen}");
-    // A prompt while a turn runs is refused, and the running turn is unharmed.
+    // A prompt while a turn runs is queued into it; cancelled before its next step, the
+    // turn never took it, and the prompt is answered so (not lost, not run).
     assert_eq!(seen["busy"]["code"], -32600, "{seen}");
+    assert!(
+        seen["busy"]["data"].as_str().unwrap().contains("before this prompt could join"),
+        "{seen}"
+    );
     let answers: Vec<&str> = seen["permissions"]
         .as_array()
         .unwrap()
@@ -168,7 +173,8 @@ fn acp_turns_consent_cancel_and_load_replay_with_the_official_sdk() {
     let by: Vec<&str> = settled.iter().map(|e| e["by"].as_str().unwrap()).collect();
     assert_eq!(by, ["client: allow_once", "client: reject_once", "client: allow_once"]);
     assert_eq!(of_kind(&events, "run_cancelled").len(), 1);
-    assert_eq!(of_kind(&events, "turn_started").len(), 2, "the refused prompt is no turn");
+    assert_eq!(of_kind(&events, "turn_started").len(), 2, "the queued prompt is no turn");
+    assert!(of_kind(&events, "input_joined").is_empty(), "the cancelled turn never took it");
 
     // session/load in a new process replays exactly what the live stream sent, with the
     // user's prompts (which the live stream leaves to the client).
