@@ -257,6 +257,7 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
         }
         EventKind::SessionSealed { reason } => format!("#{seq} sealed: {reason}"),
         EventKind::TurnStarted { input } => format!("#{seq} turn: {}", clip(input, 200)),
+        EventKind::PlanApproved { by } => format!("#{seq} plan approved by {by}"),
         EventKind::InputJoined { input } => format!("#{seq} input joined: {}", clip(input, 200)),
         EventKind::RunStarted { mode, sandbox, approval, budget, .. } => {
             let mut ceiling = String::new();

@@ -158,6 +158,9 @@ impl View {
             EventKind::TurnStarted { input } => {
                 out.push(progress(format!("{} {}", paint.cyan("▸"), one_line(input, 160))));
             }
+            EventKind::PlanApproved { by } => {
+                out.push(progress(format!("plan approved by {}", one_line(by, 80))));
+            }
             EventKind::InputJoined { input } => {
                 out.push(progress(format!("{} joined: {}", paint.cyan("▸"), one_line(input, 160))));
             }

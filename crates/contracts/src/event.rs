@@ -292,6 +292,13 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lineage: Option<Lineage>,
     },
+    /// The user approved the plan of a session in plan mode: its runs from here on are
+    /// live (the session's `mode` stays `plan` in `session_created`; this event changes
+    /// what binds later runs).
+    PlanApproved {
+        /// Who approved (`user`, `remote (keel serve)`).
+        by: String,
+    },
     /// The session was sealed: it never runs agent code again.
     SessionSealed {
         /// Why.
@@ -666,6 +673,7 @@ impl EventKind {
         match self {
             EventKind::SessionCreated { .. } => "session_created",
             EventKind::SessionSealed { .. } => "session_sealed",
+            EventKind::PlanApproved { .. } => "plan_approved",
             EventKind::TurnStarted { .. } => "turn_started",
             EventKind::InputJoined { .. } => "input_joined",
             EventKind::RunStarted { .. } => "run_started",
@@ -709,6 +717,7 @@ impl EventKind {
             | EventKind::RunDenied { .. } => true,
             EventKind::SessionCreated { .. }
             | EventKind::SessionSealed { .. }
+            | EventKind::PlanApproved { .. }
             | EventKind::TurnStarted { .. }
             | EventKind::InputJoined { .. }
             | EventKind::RunStarted { .. }

@@ -43,6 +43,10 @@ pub enum KernelError {
     /// `resume` without new input found nothing to continue.
     #[error("session {0} has nothing to resume: its last turn completed; give a new task")]
     NothingToResume(SessionId),
+    /// `approve_plan` on a session that is not planning (not created in plan mode, or its
+    /// plan was approved already).
+    #[error("session {0} has no plan to approve: it is not in plan mode, or its plan was approved")]
+    NotPlanning(SessionId),
 }
 
 /// The kernel's result type.

@@ -55,6 +55,12 @@ Use the tools to inspect files, change them and run commands. Work step by step,
 changes (for example by running the project's tests), and when the task is done answer \
 without tool calls, saying briefly what you did.";
 
+/// Added to the system prompt of a run in plan mode.
+const PLAN_MODE_PROMPT: &str = "\n\n# Plan mode\n\nThis session is planning: nothing may be \
+changed yet. Inspect what you need with read tools, record your plan with the `plan` tool (ordered \
+steps), and end with an answer that states the plan. Calls that change anything are refused until \
+the user approves the plan; then you will be asked to carry it out.";
+
 impl Kernel {
     /// A kernel over `deps`.
     ///
@@ -384,6 +390,18 @@ impl Kernel {
             }
             _ => unreachable!("load() checked that seq 1 is session_created"),
         };
+        // A plan the user approved makes the session's later runs live (a fact: held in
+        // memory whatever was dropped).
+        let mode = if mode == keel_contracts::ExecutionMode::Plan
+            && ledger
+                .events()
+                .iter()
+                .any(|event| matches!(event.kind, EventKind::PlanApproved { .. }))
+        {
+            keel_contracts::ExecutionMode::Live
+        } else {
+            mode
+        };
         // A stop requested before this run began is stale.
         let _ = self.deps.store.take_cancel_request(ledger.session_id).await;
         let _keeper = crate::lease::LeaseKeeper::spawn(
@@ -416,7 +434,10 @@ impl Kernel {
             },
         );
         let info = self.deps.model.info();
-        let system = self.system_prompt(&workspace, config);
+        let mut system = self.system_prompt(&workspace, config);
+        if mode == keel_contracts::ExecutionMode::Plan {
+            system.push_str(PLAN_MODE_PROMPT);
+        }
         ledger.stage(
             turn,
             run,

@@ -191,6 +191,7 @@ impl Projector {
             | EventKind::CompactionFailed { .. }
             | EventKind::SessionCreated { .. }
             | EventKind::SessionSealed { .. }
+            | EventKind::PlanApproved { .. }
             | EventKind::RunStarted { .. }
             | EventKind::RunComposition { .. }
             | EventKind::ModelRequested { .. }

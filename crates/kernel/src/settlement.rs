@@ -494,6 +494,12 @@ impl<'a> CallState<'a> {
                 .await?;
             return call.result(ledger, None, Outcome::ShadowDenied, REFUSAL_SHADOW.into()).await;
         }
+        if self.mode == ExecutionMode::Plan && !keel_contracts::executes_in_plan(spec) {
+            call.gate(ledger, Decision::Refuse, keel_contracts::REFUSAL_PLAN).await?;
+            return call
+                .result(ledger, None, Outcome::Refused, keel_contracts::REFUSAL_PLAN.into())
+                .await;
+        }
         // Rules are decided on the path as written and on the path it really reaches, so a
         // link or /proc/self/cwd cannot dodge a deny rule nor earn an allow rule.
         let workspace = self.workspace.display().to_string();

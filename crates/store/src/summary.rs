@@ -72,6 +72,7 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::BoundaryRevised { .. }
         | EventKind::ToolCall { .. }
         | EventKind::InputJoined { .. }
+        | EventKind::PlanApproved { .. }
         | EventKind::ToolAttemptPrepared { .. }
         | EventKind::ToolResult { .. }
         | EventKind::ShadowIntent { .. } => None,

@@ -377,6 +377,7 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::BoundaryRevised { .. }
         | EventKind::ToolCall { .. }
         | EventKind::InputJoined { .. }
+        | EventKind::PlanApproved { .. }
         | EventKind::ToolAttemptPrepared { .. }
         | EventKind::ToolResult { .. }
         | EventKind::ShadowIntent { .. } => None,

@@ -11,6 +11,7 @@ mod group_commit;
 mod leases;
 mod long_sessions;
 mod outbox;
+mod plan_mode;
 mod recovery;
 mod repeats;
 mod retries;

@@ -255,6 +255,7 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
                 format!("session_created {model} {mode:?} forbidden={:?}", envelope.forbidden)
             }
             EventKind::SessionSealed { reason } => format!("session_sealed {reason}"),
+            EventKind::PlanApproved { by } => format!("plan_approved by {by}"),
             EventKind::TurnStarted { input } => format!("turn_started {input:?}"),
             EventKind::InputJoined { input } => format!("input_joined {input:?}"),
             EventKind::RunStarted { mode, approval, budget, resumes, .. } => format!(
