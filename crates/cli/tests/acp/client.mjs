@@ -11,8 +11,10 @@
 //
 // Scenarios:
 //   turns  initialize; session/new; a turn that writes two files (one approved, one
-//          denied); a second prompt while a turn runs (must be refused); a turn whose
-//          command is cancelled mid-tool.
+//          denied); a turn whose command is cancelled mid-tool, and a prompt sent while
+//          it runs (queued into it, answered unjoined since the turn is cancelled).
+//   queue  initialize; session/new; a turn whose command runs a moment, and a second
+//          prompt sent meanwhile (queued: it joins the running turn); both answers.
 //   load   initialize; session/list; session/load of ACP_SESSION (the replay).
 //   one    initialize; session/new; one turn ("do it").
 import { spawn } from "node:child_process";
@@ -69,6 +71,21 @@ await app.connectWith(stream, async (ctx) => {
     clientCapabilities: {},
   });
   seen.initialize = init;
+  if (scenario === "queue") {
+    const { sessionId } = await ctx.request(acp.methods.agent.session.new, { cwd, mcpServers: [] });
+    seen.sessionId = sessionId;
+    const running = new Promise((resolve) => {
+      onUpdate = (params) => {
+        const u = params.update;
+        if (u.sessionUpdate === "tool_call_update" && u.status === "in_progress") resolve();
+      };
+    });
+    const first = prompt(ctx, sessionId, "Run the short command.");
+    await running;
+    const second = await prompt(ctx, sessionId, "Also say hello.");
+    seen.stops.push((await first).stopReason, second.stopReason);
+    return;
+  }
   if (scenario === "load") {
     seen.list = await ctx.request(acp.methods.agent.session.list, { cwd });
     const sessionId = process.env.ACP_SESSION;
