@@ -139,10 +139,6 @@ async fn acp(permission_timeout: &str, options: &RunOptions) -> anyhow::Result<u
     Ok(exit::COMPLETED)
 }
 
-/// The input of the turn `keel resume --approve-plan` starts when no TASK is given.
-const APPROVED_PLAN_TASK: &str =
-    "The plan is approved. Carry it out now, step by step, and check the result.";
-
 /// The root's settings from `keel run`/`resume`/`compact` flags.
 fn settings(options: &RunOptions) -> RunSettings {
     RunSettings {
@@ -354,7 +350,7 @@ async fn resume(
             }
             other => anyhow::Error::new(other),
         })?;
-        Some(task.unwrap_or_else(|| APPROVED_PLAN_TASK.to_owned()))
+        Some(task.unwrap_or_else(|| keel_kernel::APPROVED_PLAN_TASK.to_owned()))
     } else {
         task
     };

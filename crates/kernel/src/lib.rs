@@ -53,4 +53,5 @@ pub use lease::{HolderLiveness, LEASE_RENEW_EVERY, LEASE_TTL, UnknownLiveness};
 pub use outbox::{NoOutbox, OUTBOX_FLUSH_TIMEOUT, Outbox};
 pub use permission::{PermissionHook, PermissionRequest, StaticPermissions};
 pub use registry::{AgentTools, Registry, RegistryError};
+pub use seal::APPROVED_PLAN_TASK;
 pub use steering::{Joined, Steering, SteeringClosed};

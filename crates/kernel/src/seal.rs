@@ -45,6 +45,10 @@ impl Kernel {
     }
 }
 
+/// The input of the turn that carries out an approved plan, when the user gives none.
+pub const APPROVED_PLAN_TASK: &str =
+    "The plan is approved. Carry it out now, step by step, and check the result.";
+
 impl Kernel {
     /// Approves the plan of a session in plan mode: appends `plan_approved` (no turn, no
     /// run), after which the session's runs are live. The plan itself is what the last run

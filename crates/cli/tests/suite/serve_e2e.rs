@@ -356,6 +356,7 @@ async fn serve_openapi_names_every_route() {
         "/v1/sessions/{id}",
         "/v1/sessions/{id}/turns",
         "/v1/sessions/{id}/input",
+        "/v1/sessions/{id}/plan/approve",
         "/v1/sessions/{id}/resume",
         "/v1/sessions/{id}/cancel",
         "/v1/sessions/{id}/seal",
@@ -493,6 +494,53 @@ async fn serve_steering_input_joins_the_active_run_after_the_pending_call() {
         client.post(&format!("/v1/sessions/{session}/input"), json!({"input": "late"})).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["error"]["code"], "no_active_run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_plan_mode_then_approve_plan_runs_it_live() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let write = json!({"name": "write_file", "arguments": {"path": "e.txt", "content": "e\n"}});
+    let script = env.write_script(
+        "plan.json",
+        &json!({"steps": [
+            {"tool_calls": [write]},
+            {"text": "Plan: write e.txt.", "expect": {"last_outcomes": ["refused"]}},
+            {"tool_calls": [write], "expect": {"contains": "approved"}},
+            {"text": "e.txt written.", "expect": {"last_outcomes": ["ok"]}}
+        ]})
+        .to_string(),
+    );
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let (status, body) = client
+        .post(
+            "/v1/sessions",
+            json!({"workspace": workspace, "model": format!("scripted:{}", script.display()),
+                   "approval": "auto", "mode": "plan"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let session = body["session_id"].as_str().unwrap().to_owned();
+    let (status, _) =
+        client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "plan e"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    client.wait_state(&session, "completed").await;
+    assert!(!workspace.join("e.txt").exists(), "plan mode wrote");
+
+    let path = format!("/v1/sessions/{session}/plan/approve");
+    let (status, body) = client.post(&path, json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["approved_seq"].as_u64().is_some() && body["run_id"].is_string(), "{body}");
+    client.wait_state(&session, "completed").await;
+    assert_eq!(std::fs::read_to_string(workspace.join("e.txt")).unwrap(), "e\n");
+    let ledger = ledger(&env, &session);
+    let approved: Vec<&Value> = ledger.iter().filter(|e| e["kind"] == "plan_approved").collect();
+    assert_eq!(approved.len(), 1);
+    assert_eq!(approved[0]["by"], "remote (keel serve)");
+    let (status, body) = client.post(&path, json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "not_planning");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

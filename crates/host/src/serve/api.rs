@@ -47,6 +47,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}", get(get_session))
         .route("/v1/sessions/{id}/turns", post(post_turn))
         .route("/v1/sessions/{id}/input", post(super::steer::post_input))
+        .route("/v1/sessions/{id}/plan/approve", post(super::steer::post_approve_plan))
         .route("/v1/sessions/{id}/resume", post(post_resume))
         .route("/v1/sessions/{id}/cancel", post(post_cancel))
         .route("/v1/sessions/{id}/seal", post(post_seal))

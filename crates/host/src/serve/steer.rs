@@ -1,4 +1,5 @@
-//! `POST /v1/sessions/{id}/input`: steering. Input sent while the session's run is active
+//! Requests to a session beyond turns: `POST /v1/sessions/{id}/plan/approve` (plan mode's
+//! approval, then the live turn), and `POST /v1/sessions/{id}/input`: steering. Input sent while the session's run is active
 //! here joins that run at its next step boundary (docs/decisions.md, "Steering"); the
 //! answer comes once its `input_joined` event is durable. `POST /turns` still answers 409
 //! while a run is active: a new turn and input to the running one are different requests.
@@ -10,6 +11,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::api::{ApiError, AppState, Body, Params, session_id, visible_row};
+use super::state::Job;
+use crate::root::{self, RunSettings};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -55,4 +58,44 @@ pub(crate) async fn post_input(
         }
         None => Err(ended()),
     }
+}
+
+/// 202 `{approved_seq, turn_id, run_id}`: `plan_approved` is recorded (by the remote
+/// person) and the live turn that carries the plan out has started. 409 `not_planning`
+/// when the session is not in plan mode or its plan was approved, 409 `run_active` while a
+/// run is active.
+pub(crate) async fn post_approve_plan(
+    State(state): State<AppState>,
+    Params(id): Params<String>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    visible_row(&state.host, session_id).await?;
+    if state.host.is_active(session_id) {
+        return Err(ApiError::conflict(
+            "run_active",
+            format!("session {session_id} has an active run; approve its plan when it ends"),
+        ));
+    }
+    let kernel = root::inert_kernel(state.host.store.clone(), state.host.observer())
+        .map_err(ApiError::from_root)?;
+    let approved =
+        kernel.approve_plan(session_id, super::approvals::BY_REMOTE).await.map_err(|error| {
+            match error {
+                keel_kernel::KernelError::NotPlanning(_) => {
+                    ApiError::conflict("not_planning", error.to_string())
+                }
+                other => ApiError::from_kernel(other),
+            }
+        })?;
+    let task = Job::Turn(keel_kernel::APPROVED_PLAN_TASK.to_owned());
+    let started = state.host.start(session_id, task, RunSettings::default()).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(json!({
+            "approved_seq": approved.0,
+            "turn_id": started.turn_id,
+            "run_id": started.run_id,
+        })),
+    )
+        .into_response())
 }
