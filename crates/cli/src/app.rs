@@ -46,7 +46,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     }
     match cli.command {
         Command::Run { task, options } => run(task, options).await,
-        Command::Resume { session, task, last, options } => {
+        Command::Resume { session, task, last, approve_plan, options } => {
             // With --last the only positional argument is the task.
             let (session, task) = match (last, session, task) {
                 (true, Some(task), None) => (None, Some(task)),
@@ -55,7 +55,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 }
                 (_, session, task) => (session, task),
             };
-            resume(&crate::habits::SessionArg::new(session, last), task, options).await
+            let session = crate::habits::SessionArg::new(session, last);
+            resume(&session, task, approve_plan, options).await
         }
         Command::Sessions { json, tree, workspace, limit } => {
             crate::habits::sessions(json, tree, workspace.as_deref(), limit).await
@@ -152,6 +153,7 @@ fn settings(options: &RunOptions) -> RunSettings {
         mode: options.mode.map(|mode| match mode {
             ModeArg::Live => ExecutionMode::Live,
             ModeArg::Shadow => ExecutionMode::Shadow,
+            ModeArg::Plan => ExecutionMode::Plan,
         }),
         sandbox: options.sandbox.map(|sandbox| match sandbox {
             SandboxArg::Managed => SandboxMode::Managed,
@@ -265,8 +267,21 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let cancel = cancel_on_ctrl_c();
     let report = kernel.run_turn(session_id, &task, &resolved.run, &cancel).await;
     outbox.finish().await;
+    let report = report?;
     let structured = options.output_schema.is_some();
-    Ok(output::finish(&report?, options.format(), shows_view(&options), started_at, structured))
+    let code =
+        output::finish(&report, options.format(), shows_view(&options), started_at, structured);
+    if resolved.mode == ExecutionMode::Plan
+        && matches!(report.outcome, keel_kernel::TurnOutcome::Completed { .. })
+    {
+        // Headless approval: the plan is the answer on stdout; approving is a command.
+        eprintln!(
+            "keel: plan mode: nothing was changed. Approve the plan and carry it out with \
+             `keel resume {} --approve-plan`",
+            report.session_id
+        );
+    }
+    Ok(code)
 }
 
 pub(crate) async fn resolve_session(
@@ -296,6 +311,7 @@ async fn session_head(
 async fn resume(
     session: &crate::habits::SessionArg,
     task: Option<String>,
+    approve_plan: bool,
     options: RunOptions,
 ) -> anyhow::Result<u8> {
     let started_at = keel_contracts::Clock::now(&SystemClock);
@@ -335,6 +351,17 @@ async fn resume(
     let Assembly { kernel, resolved, outbox, mcp: _mcp } =
         root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
     let cancel = cancel_on_ctrl_c();
+    let task = if approve_plan {
+        kernel.approve_plan(session_id, "user").await.map_err(|error| match error {
+            keel_kernel::KernelError::NotPlanning(_) | keel_kernel::KernelError::Sealed(_) => {
+                usage(error.to_string())
+            }
+            other => anyhow::Error::new(other),
+        })?;
+        Some(task.unwrap_or_else(|| keel_kernel::APPROVED_PLAN_TASK.to_owned()))
+    } else {
+        task
+    };
     let report = match task {
         Some(task) if !task.trim().is_empty() => {
             kernel.run_turn(session_id, &task, &resolved.run, &cancel).await.map_err(Into::into)

@@ -35,6 +35,10 @@ pub(crate) enum Command {
         /// The newest session (then the only positional argument is TASK).
         #[arg(long)]
         last: bool,
+        /// Approve the plan of a session in plan mode, then carry it out live (a new turn
+        /// with TASK, or "carry out the approved plan").
+        #[arg(long)]
+        approve_plan: bool,
         #[command(flatten)]
         options: RunOptions,
     },
@@ -294,6 +298,7 @@ pub(crate) enum McpCommand {
 pub(crate) enum ModeArg {
     Live,
     Shadow,
+    Plan,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -348,7 +353,8 @@ pub(crate) struct RunOptions {
     /// The full trace: every event, one line each, on stderr.
     #[arg(short = 'v', long)]
     pub(crate) verbose: bool,
-    /// live (default) or shadow.
+    /// live (default), shadow, or plan (reads and `plan` only; the run ends with a plan to
+    /// approve with `keel resume SESSION --approve-plan`).
     #[arg(long, value_enum)]
     pub(crate) mode: Option<ModeArg>,
     /// managed (default) or bypass.

@@ -264,6 +264,8 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
         }
         EventKind::SessionSealed { reason } => format!("#{seq} sealed: {reason}"),
         EventKind::TurnStarted { input } => format!("#{seq} turn: {}", clip(input, 200)),
+        EventKind::PlanApproved { by } => format!("#{seq} plan approved by {by}"),
+        EventKind::InputJoined { input } => format!("#{seq} input joined: {}", clip(input, 200)),
         EventKind::RunStarted { mode, sandbox, approval, budget, .. } => {
             let mut ceiling = String::new();
             if let Some(n) = budget.max_steps {
@@ -409,6 +411,10 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
             let until = expires_at.map(|at| format!(" until {at}")).unwrap_or_default();
             format!("#{seq}   permission {call_id}: {} by {by}{until}", serde_plain(answer))
         }
+        EventKind::ToolCall { parent_call_id, call_id, tool, arguments } => format!(
+            "#{seq}   call {call_id} {tool} {} (from {parent_call_id})",
+            clip(&arguments.to_string(), 200)
+        ),
         EventKind::ToolAttemptPrepared { call_id, tool, .. } => {
             format!("#{seq}   run {call_id}: {tool}")
         }

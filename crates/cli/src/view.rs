@@ -158,6 +158,12 @@ impl View {
             EventKind::TurnStarted { input } => {
                 out.push(progress(format!("{} {}", paint.cyan("▸"), one_line(input, 160))));
             }
+            EventKind::PlanApproved { by } => {
+                out.push(progress(format!("plan approved by {}", one_line(by, 80))));
+            }
+            EventKind::InputJoined { input } => {
+                out.push(progress(format!("{} joined: {}", paint.cyan("▸"), one_line(input, 160))));
+            }
             EventKind::RunStarted { sandbox, approval, budget, resumes, .. } => {
                 self.run_started_at = Some(event.ts);
                 self.usage = UsageTotals::default();
@@ -343,6 +349,17 @@ impl View {
                     room.join(" · "),
                     one_line(justification, 160)
                 )));
+            }
+            // A program's call (Code Mode) shows like the model's own, under its id.
+            EventKind::ToolCall { call_id, tool, arguments, .. } => {
+                self.calls.insert(
+                    call_id.0.clone(),
+                    PendingCall {
+                        tool: tool.clone(),
+                        arguments: arguments.clone(),
+                        ..PendingCall::default()
+                    },
+                );
             }
             EventKind::ToolAttemptPrepared { call_id, tool, .. } => {
                 let call = self.calls.entry(call_id.0.clone()).or_default();

@@ -20,6 +20,8 @@ pub const REFUSAL_NOT_IN_WRITES: &str =
 pub const REFUSAL_PERMISSION_DENIED: &str = "refused: permission was denied for this call; do not retry it, report what you would have done";
 /// Refusal text for a `request_boundary` the user denied; the turn ends there.
 pub const REFUSAL_BOUNDARY_DENIED: &str = "refused: widening the boundary was denied; the turn ends here. Do not retry with a wider request";
+/// Result text for a write refused because the session is planning.
+pub const REFUSAL_PLAN: &str = "refused: plan mode: nothing is changed until the user approves the plan. Read what you need, record the plan with the `plan` tool, and answer with it";
 /// Result text for a call withheld by shadow mode.
 pub const REFUSAL_SHADOW: &str = "shadow_denied: this session runs in shadow mode; the call was recorded as an intent and not executed";
 
@@ -111,6 +113,10 @@ pub enum ExecutionMode {
     /// Only first-party reads and intrinsic tools execute; every other call is recorded as
     /// a `shadow_intent` and answered `shadow_denied`.
     Shadow,
+    /// Planning: reads and keel's own tools (`plan`, `todo`, …) run, writes are refused
+    /// ([`REFUSAL_PLAN`]); the run ends with the plan as its answer. Once the user approves
+    /// it (a `plan_approved` event), the session's runs are live.
+    Plan,
 }
 
 /// The answer of [`authorize_tool_invocation`].
@@ -184,6 +190,12 @@ pub fn requires_consent(tool: &ToolSpec) -> bool {
 pub fn executes_in_shadow(tool: &ToolSpec) -> bool {
     tool.intrinsic
         || (tool.first_party && tool.access == Access::Read && tool.effects.egress == Egress::None)
+}
+
+/// Whether `tool` runs while a session plans ([`ExecutionMode::Plan`]): keel's own tools
+/// and reads (consent still applies to them as usual). Writes are refused.
+pub fn executes_in_plan(tool: &ToolSpec) -> bool {
+    tool.intrinsic || tool.access == Access::Read
 }
 
 #[cfg(test)]

@@ -307,6 +307,13 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lineage: Option<Lineage>,
     },
+    /// The user approved the plan of a session in plan mode: its runs from here on are
+    /// live (the session's `mode` stays `plan` in `session_created`; this event changes
+    /// what binds later runs).
+    PlanApproved {
+        /// Who approved (`user`, `remote (keel serve)`).
+        by: String,
+    },
     /// The session was sealed: it never runs agent code again.
     SessionSealed {
         /// Why.
@@ -314,6 +321,13 @@ pub enum EventKind {
     },
     /// A turn began with the user's input.
     TurnStarted {
+        /// The input text.
+        input: String,
+    },
+    /// Input the user sent while the run was active (steering), joined at a step
+    /// boundary: after the previous step's calls were all answered, before the next model
+    /// request. The model reads it as a user message there.
+    InputJoined {
         /// The input text.
         input: String,
     },
@@ -566,6 +580,20 @@ pub enum EventKind {
         /// What the activation returned to the model.
         text: String,
     },
+    /// A call a program made from inside another call (a `run_code` cell's
+    /// `tools.NAME(args)`), not proposed by the model: settled like any call (gate,
+    /// consent, prepare, exactly one `tool_result` under `call_id`), and never part of the
+    /// conversation the model sees; the parent's own result is what the model reads.
+    ToolCall {
+        /// The call that made it (the `run_code` call).
+        parent_call_id: ToolCallId,
+        /// This call: `<parent>/<n>`, n from 1 in the order the program made them.
+        call_id: ToolCallId,
+        /// The tool, as the program named it.
+        tool: String,
+        /// Its arguments.
+        arguments: serde_json::Value,
+    },
     /// A tool is about to be invoked. Committed durably before any effect.
     ToolAttemptPrepared {
         /// The call.
@@ -710,7 +738,9 @@ impl EventKind {
         match self {
             EventKind::SessionCreated { .. } => "session_created",
             EventKind::SessionSealed { .. } => "session_sealed",
+            EventKind::PlanApproved { .. } => "plan_approved",
             EventKind::TurnStarted { .. } => "turn_started",
+            EventKind::InputJoined { .. } => "input_joined",
             EventKind::RunStarted { .. } => "run_started",
             EventKind::RunComposition { .. } => "run_composition",
             EventKind::ModelRequested { .. } => "model_requested",
@@ -723,6 +753,7 @@ impl EventKind {
             EventKind::GateDecision { .. } => "gate_decision",
             EventKind::PermissionRequested { .. } => "permission_requested",
             EventKind::PermissionSettled { .. } => "permission_settled",
+            EventKind::ToolCall { .. } => "tool_call",
             EventKind::ToolAttemptPrepared { .. } => "tool_attempt_prepared",
             EventKind::ToolResult { .. } => "tool_result",
             EventKind::ShadowIntent { .. } => "shadow_intent",
@@ -755,7 +786,9 @@ impl EventKind {
             | EventKind::RunDenied { .. } => true,
             EventKind::SessionCreated { .. }
             | EventKind::SessionSealed { .. }
+            | EventKind::PlanApproved { .. }
             | EventKind::TurnStarted { .. }
+            | EventKind::InputJoined { .. }
             | EventKind::RunStarted { .. }
             | EventKind::RunComposition { .. }
             | EventKind::ModelRequested { .. }
@@ -768,6 +801,7 @@ impl EventKind {
             | EventKind::GateDecision { .. }
             | EventKind::PermissionRequested { .. }
             | EventKind::PermissionSettled { .. }
+            | EventKind::ToolCall { .. }
             | EventKind::ToolAttemptPrepared { .. }
             | EventKind::ToolResult { .. }
             | EventKind::ShadowIntent { .. }

@@ -42,8 +42,9 @@ pub use context::{
 };
 pub use envelope::{
     Authorization, Envelope, ExecutionMode, REFUSAL_BOUNDARY_DENIED, REFUSAL_FORBIDDEN,
-    REFUSAL_NOT_IN_READS, REFUSAL_NOT_IN_WRITES, REFUSAL_PERMISSION_DENIED, REFUSAL_SHADOW, Scope,
-    authorize_tool_invocation, effects_require_consent, executes_in_shadow, requires_consent,
+    REFUSAL_NOT_IN_READS, REFUSAL_NOT_IN_WRITES, REFUSAL_PERMISSION_DENIED, REFUSAL_PLAN,
+    REFUSAL_SHADOW, Scope, authorize_tool_invocation, effects_require_consent, executes_in_plan,
+    executes_in_shadow, requires_consent,
 };
 pub use event::{
     ActivatedSkill, ApprovalMode, Boundary, CarriedContext, Decision, DigestChain, EventKind,

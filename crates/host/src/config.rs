@@ -8,7 +8,8 @@
 //! **The workspace file** comes with the repository and may be hostile. Untrusted, it may
 //! only narrow what the user chose, and each of its values is combined with the user's so
 //! the result is never wider: budgets (`max_steps`, `max_tokens`, `max_cost_usd`,
-//! `max_time`, `max_agent_depth`) take the lower value, `mode = "shadow"` wins over `live`,
+//! `max_time`, `max_agent_depth`) take the lower value, `mode = "shadow"` wins over `live`
+//! (and `plan`, which wins over `live`),
 //! `[envelope] reads`/`writes` are intersected, `forbid` and `permissions.deny` are added.
 //! Keys that start a process, send data or change the model or its endpoint (`model`,
 //! `base_url`, `[mcp_servers.NAME]`) apply only once the user trusted this exact file
@@ -518,6 +519,17 @@ fn narrow(loaded: &mut Loaded, local: &ConfigFile, label: &str, shown: &str) -> 
         Some("live") if loaded.config.mode.as_deref() == Some("shadow") => {
             loaded.ignore("mode = live", "a workspace config cannot undo your shadow mode");
         }
+        Some("plan") if loaded.config.mode.as_deref() == Some("shadow") => {
+            loaded.ignore("mode = plan", "a workspace config cannot undo your shadow mode");
+        }
+        // Planning narrows live: writes wait for the user's approval of the plan.
+        Some("plan") => {
+            loaded.config.mode = Some("plan".into());
+            loaded.set_origin("mode", label);
+        }
+        Some("live") if loaded.config.mode.as_deref() == Some("plan") => {
+            loaded.ignore("mode = live", "a workspace config cannot undo your plan mode");
+        }
         Some("live") => {}
         Some(other) => bail!("invalid config {shown}: unknown mode '{other}'"),
     }
@@ -626,6 +638,19 @@ mod tests {
                 "max_time = 1h",
                 "envelope.reads = [\"glob\", \"grep\"]"
             ]
+        );
+    }
+
+    #[test]
+    fn plan_narrows_live_and_never_undoes_shadow() {
+        assert_eq!(narrowed("", "mode = \"plan\"").config.mode.as_deref(), Some("plan"));
+        assert_eq!(
+            narrowed("mode = \"plan\"", "mode = \"live\"").config.mode.as_deref(),
+            Some("plan")
+        );
+        assert_eq!(
+            narrowed("mode = \"shadow\"", "mode = \"plan\"").config.mode.as_deref(),
+            Some("shadow")
         );
     }
 

@@ -196,6 +196,7 @@ pub fn resolve(
         None => match config.mode.as_deref() {
             None | Some("live") => ExecutionMode::Live,
             Some("shadow") => ExecutionMode::Shadow,
+            Some("plan") => ExecutionMode::Plan,
             Some(other) => return Err(usage(format!("config: unknown mode '{other}'"))),
         },
     };

@@ -25,6 +25,7 @@ mod ledger;
 mod openapi;
 mod schedules;
 mod state;
+mod steer;
 mod token;
 mod web;
 

@@ -12,6 +12,9 @@ pub(crate) fn checkpoint_evidence(events: &[RuntimeEvent], run_id: RunId) -> Vec
                 .iter()
                 .find(|call| &call.call_id == call_id)
                 .map(|call| call.arguments.to_string()),
+            EventKind::ToolCall { call_id: nested, arguments, .. } if nested == call_id => {
+                Some(arguments.to_string())
+            }
             _ => None,
         })
     };

@@ -292,7 +292,9 @@ pub fn carry<'e>(
 ) -> CarriedContext {
     for event in events {
         match &event.kind {
-            EventKind::TurnStarted { input } => carried.inputs.push(input.clone()),
+            EventKind::TurnStarted { input } | EventKind::InputJoined { input } => {
+                carried.inputs.push(input.clone());
+            }
             EventKind::SkillActivated { name, text, .. } => {
                 let activated =
                     keel_contracts::ActivatedSkill { name: name.clone(), text: text.clone() };

@@ -62,6 +62,10 @@ pub enum KernelError {
         /// Why.
         reason: String,
     },
+    /// `approve_plan` on a session that is not planning (not created in plan mode, or its
+    /// plan was approved already).
+    #[error("session {0} has no plan to approve: it is not in plan mode, or its plan was approved")]
+    NotPlanning(SessionId),
 }
 
 /// The kernel's result type.

@@ -15,7 +15,42 @@ pub(crate) fn tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(Checklist::new("plan", PLAN_DESCRIPTION)),
         Arc::new(ReadToolResult::new()),
         Arc::new(RequestBoundary::new()),
+        run_code(),
     ]
+}
+
+/// `run_code(code)`: runs a JavaScript program whose `await tools.NAME(args)` calls are
+/// ordinary tool calls. Carried out by the kernel (settlement's cell path, engine in
+/// [`crate::codemode`]); [`Tool::invoke`] is never reached.
+fn run_code() -> Arc<dyn Tool> {
+    Arc::new(KernelCarried {
+        spec: ToolSpec {
+            name: crate::codemode::RUN_CODE.to_owned(),
+            description: "Run a JavaScript program (the body of an async function) that \
+                              calls tools: `const text = await tools.read_file({path: \"a.rs\"})` \
+                              makes an ordinary tool call (checked and recorded like yours) and \
+                              gives its result text; a refusal or an error is that text, not an \
+                              exception. `print(...)` output is this call's result. There is no \
+                              file system, network, process, timer or module access, only \
+                              `tools`; keel's own tools (run_code, plan, todo, spawn_agent, \
+                              request_boundary, ...) are refused inside. CPU, memory, wall-time, \
+                              output and call-count limits apply. Use it to loop or branch over \
+                              many calls in one step."
+                .to_owned(),
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "minLength": 1}
+                },
+                "required": ["code"],
+                "additionalProperties": false
+            }),
+            access: Access::Read,
+            effects: Effects::LOCAL_READ,
+            intrinsic: true,
+            first_party: true,
+        },
+    })
 }
 
 /// `activate_skill(name)`: returns a skill's instructions. Its `name` is an enum of the
@@ -25,7 +60,7 @@ pub(crate) fn activate_skill(names: &[String]) -> Arc<dyn Tool> {
     Arc::new(KernelCarried {
         spec: ToolSpec {
             name: crate::skills::ACTIVATE_SKILL.to_owned(),
-            description: "Load a skill's instructions (and the list of its files) by name, before                           a task its description in the system prompt fits."
+            description: "Load a skill's instructions (and the list of its files) by name, before a task its description in the system prompt fits."
                 .to_owned(),
             parameters: serde_json::json!({
                 "type": "object",

@@ -38,6 +38,8 @@ pub struct Kernel {
     pub(crate) holder: String,
     /// Tells whether another holder's process is alive.
     pub(crate) holder_liveness: Arc<dyn crate::lease::HolderLiveness>,
+    /// The bounds of a `run_code` cell.
+    code_limits: crate::CodeLimits,
 }
 
 /// How deep sub-agents may nest by default: a top-level agent may spawn children, which
@@ -52,6 +54,12 @@ const BASE_PROMPT: &str = "You are keel, a coding agent working in a repository.
 Use the tools to inspect files, change them and run commands. Work step by step, check your \
 changes (for example by running the project's tests), and when the task is done answer \
 without tool calls, saying briefly what you did.";
+
+/// Added to the system prompt of a run in plan mode.
+const PLAN_MODE_PROMPT: &str = "\n\n# Plan mode\n\nThis session is planning: nothing may be \
+changed yet. Inspect what you need with read tools, record your plan with the `plan` tool (ordered \
+steps), and end with an answer that states the plan. Calls that change anything are refused until \
+the user approves the plan; then you will be asked to carry it out.";
 
 impl Kernel {
     /// A kernel over `deps`.
@@ -95,6 +103,7 @@ impl Kernel {
             outbox: Arc::new(crate::NoOutbox),
             holder: default_holder(),
             holder_liveness: Arc::new(crate::lease::UnknownLiveness),
+            code_limits: crate::CodeLimits::default(),
         })
     }
 
@@ -120,6 +129,12 @@ impl Kernel {
         self
     }
 
+    /// This kernel, running `run_code` cells within `limits` (default: [`crate::CodeLimits`]'s).
+    pub fn with_code_limits(mut self, limits: crate::CodeLimits) -> Kernel {
+        self.code_limits = limits;
+        self
+    }
+
     /// This kernel, stopping at `failpoints` (crash tests). Children inherit them.
     pub fn with_failpoints(mut self, failpoints: Arc<dyn Failpoints>) -> Kernel {
         self.failpoints = failpoints;
@@ -136,8 +151,12 @@ impl Kernel {
         let mut child = Kernel::at_depth(deps, self.depth + 1, self.max_agent_depth)?
             .with_failpoints(self.failpoints.clone())
             .with_outbox(self.outbox.clone());
-        // A sub-agent never widens a boundary: it shrinks, never escapes.
-        child.registry = child.registry.without(crate::intrinsic::REQUEST_BOUNDARY);
+        // A sub-agent never widens a boundary: it shrinks, never escapes. It runs no
+        // programs either: its few read tools need no loops (docs/decisions.md, Code Mode).
+        child.registry = child
+            .registry
+            .without(crate::intrinsic::REQUEST_BOUNDARY)
+            .without(crate::codemode::RUN_CODE);
         Ok(child)
     }
 
@@ -211,6 +230,27 @@ impl Kernel {
         config: &RunConfig,
         cancel: &Cancellation,
     ) -> Result<RunReport> {
+        self.run_turn_steered(session_id, input, config, cancel, &crate::Steering::new()).await
+    }
+
+    /// [`Kernel::run_turn`], taking input sent while it runs from `steering`: each input
+    /// joins at the next step boundary as an `input_joined` event (see [`crate::Steering`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernel::run_turn`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Kernel::run_turn`].
+    pub async fn run_turn_steered(
+        &self,
+        session_id: SessionId,
+        input: &str,
+        config: &RunConfig,
+        cancel: &Cancellation,
+        steering: &crate::Steering,
+    ) -> Result<RunReport> {
         let mut ledger = self.load(session_id).await?;
         self.take_lease(&mut ledger).await?;
         recovery::close_dangling_run(&mut ledger, self.outbox.as_ref()).await?;
@@ -218,7 +258,7 @@ impl Kernel {
         let turn_id = self.deps.ids.turn_id();
         // Staged: committed with the run's first model request (or its terminal event).
         ledger.stage(Some(turn_id), None, EventKind::TurnStarted { input: input.to_owned() });
-        self.drive(ledger, turn_id, None, config, cancel).await
+        self.drive(ledger, turn_id, None, config, cancel, steering).await
     }
 
     /// Resumes the session's last turn with a new run: after a crash, a cancel, a failure
@@ -238,6 +278,26 @@ impl Kernel {
         config: &RunConfig,
         cancel: &Cancellation,
     ) -> Result<RunReport> {
+        self.resume_steered(session_id, config, cancel, &crate::Steering::new()).await
+    }
+
+    /// [`Kernel::resume`], taking input sent while it runs from `steering` (as
+    /// [`Kernel::run_turn_steered`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernel::resume`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Kernel::run_turn`].
+    pub async fn resume_steered(
+        &self,
+        session_id: SessionId,
+        config: &RunConfig,
+        cancel: &Cancellation,
+        steering: &crate::Steering,
+    ) -> Result<RunReport> {
         let mut ledger = self.load(session_id).await?;
         self.take_lease(&mut ledger).await?;
         recovery::close_dangling_run(&mut ledger, self.outbox.as_ref()).await?;
@@ -249,7 +309,7 @@ impl Kernel {
             self.drop_lease(&mut ledger).await;
             return Err(KernelError::Waiting { session_id, wake_id: waiting.wake_id });
         }
-        self.drive(ledger, turn_id, last_run, config, cancel).await
+        self.drive(ledger, turn_id, last_run, config, cancel, steering).await
     }
 
     pub(crate) async fn load_session(&self, session_id: SessionId) -> Result<Ledger> {
@@ -343,13 +403,33 @@ impl Kernel {
         resumes: Option<RunId>,
         config: &RunConfig,
         cancel: &Cancellation,
+        steering: &crate::Steering,
     ) -> Result<RunReport> {
-        self.drive_with(ledger, turn_id, resumes, None, config, cancel).await
+        self.drive_with(ledger, turn_id, resumes, None, config, cancel, steering).await
     }
 
     /// [`Kernel::drive`], with `first` (a woken `wait`'s result) staged right after
     /// `run_started`, so both are durable together.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn drive_with(
+        &self,
+        ledger: Ledger,
+        turn_id: TurnId,
+        resumes: Option<RunId>,
+        first: Option<FirstResult>,
+        config: &RunConfig,
+        cancel: &Cancellation,
+        steering: &crate::Steering,
+    ) -> Result<RunReport> {
+        let report =
+            self.drive_steered(ledger, turn_id, resumes, first, config, cancel, steering).await;
+        // Input that could not join learns so; later sends are refused (a new turn's).
+        steering.close();
+        report
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn drive_steered(
         &self,
         mut ledger: Ledger,
         turn_id: TurnId,
@@ -357,6 +437,7 @@ impl Kernel {
         first: Option<FirstResult>,
         config: &RunConfig,
         cancel: &Cancellation,
+        steering: &crate::Steering,
     ) -> Result<RunReport> {
         // An unknown window gets a default, so pruning and compaction bound every request
         // and a step costs the same at step 100 and 10 000 (issue #13).
@@ -366,6 +447,18 @@ impl Kernel {
                 (workspace.clone(), envelope.clone(), *mode)
             }
             _ => unreachable!("load() checked that seq 1 is session_created"),
+        };
+        // A plan the user approved makes the session's later runs live (a fact: held in
+        // memory whatever was dropped).
+        let mode = if mode == keel_contracts::ExecutionMode::Plan
+            && ledger
+                .events()
+                .iter()
+                .any(|event| matches!(event.kind, EventKind::PlanApproved { .. }))
+        {
+            keel_contracts::ExecutionMode::Live
+        } else {
+            mode
         };
         // A stop requested before this run began is stale.
         let _ = self.deps.store.take_cancel_request(ledger.session_id).await;
@@ -420,7 +513,10 @@ impl Kernel {
             config.context.budget().unwrap_or(0),
             self.deps.counter.as_ref(),
         );
-        let system = self.system_prompt(&workspace, config, catalog.as_ref());
+        let mut system = self.system_prompt(&workspace, config, catalog.as_ref());
+        if mode == keel_contracts::ExecutionMode::Plan {
+            system.push_str(PLAN_MODE_PROMPT);
+        }
         // Fails only for a per-run tool that cannot be registered (a schema that does not
         // compile, a clashing name): nothing has run, and a host checks these first.
         let registry = self.run_registry(config)?;
@@ -485,6 +581,7 @@ impl Kernel {
                 failpoints: self.failpoints.clone(),
                 boundary: boundary_so_far.clone(),
                 revision: boundary_revision,
+                code_limits: self.code_limits,
             },
         );
         calls.seed_failures(ledger.failures_in_turn(turn_id).await?);
@@ -540,6 +637,11 @@ impl Kernel {
             .collect();
         let mut step: u32 = 0;
         let mut last_step: Option<String> = None;
+        // Steering input staged at a step boundary, acknowledged once durable.
+        let mut joined: Vec<(
+            keel_contracts::Seq,
+            tokio::sync::oneshot::Sender<keel_contracts::Seq>,
+        )> = Vec::new();
         let outcome = loop {
             if let Some(reason) = denied_before_start.take() {
                 break TurnOutcome::Denied { reason };
@@ -579,6 +681,13 @@ impl Kernel {
             }
             step += 1;
             let step_started = tokio::time::Instant::now();
+            // The step boundary: input sent while the run was active joins here, after
+            // every call of the last step was answered (docs/decisions.md, "Steering").
+            // Durable with this step's model request; its senders learn the seq then.
+            for (input, sender) in steering.take() {
+                let seq = ledger.stage(turn, run, EventKind::InputJoined { input }).seq;
+                joined.push((seq, sender));
+            }
             // The last permitted step runs with tools off, so the model writes its report;
             // the definitions stay in the request (a history with tool calls needs them on
             // Anthropic's API, and the prompt prefix stays cacheable).
@@ -671,6 +780,9 @@ impl Kernel {
                     },
                 )
                 .await?;
+            for (seq, sender) in joined.drain(..) {
+                let _ = sender.send(seq);
+            }
             let estimated_tokens = fitted.tokens;
             let observer = self.deps.observer.clone();
             let on_delta = move |delta: StreamDelta| observer.on_delta(&delta);
@@ -779,6 +891,15 @@ impl Kernel {
                 break TurnOutcome::Suspended { reason, report: text };
             }
             if tool_calls.is_empty() {
+                let answered = matches!(
+                    finish_reason,
+                    FinishReason::Stop | FinishReason::ToolCalls | FinishReason::Other(_)
+                );
+                if answered && !steering.close_if_empty() {
+                    // Input arrived while the model answered: the run goes on with it.
+                    spent.last_step_elapsed = step_started.elapsed();
+                    continue;
+                }
                 break match finish_reason {
                     FinishReason::Stop | FinishReason::ToolCalls | FinishReason::Other(_) => {
                         match &config.output_schema {
@@ -944,6 +1065,9 @@ impl Kernel {
                 .await;
         self.failpoints.hit(Failpoint::BeforeTerminal).await;
         ledger.append(turn, run, kind).await?;
+        for (seq, sender) in joined {
+            let _ = sender.send(seq);
+        }
         self.failpoints.hit(Failpoint::AfterTerminal).await;
         self.drop_lease(&mut ledger).await;
         Ok(RunReport { session_id: ledger.session_id, turn_id, run_id, outcome, usage })

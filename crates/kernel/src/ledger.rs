@@ -39,6 +39,7 @@ use crate::{KernelError, Observer};
 pub(crate) const FACT_KINDS: &[&str] = &[
     "session_created",
     "session_sealed",
+    "plan_approved",
     "turn_started",
     "run_started",
     "run_completed",

@@ -19,6 +19,7 @@
 mod cancel;
 mod checkpoint;
 mod children;
+mod codemode;
 mod command_line;
 pub mod compaction;
 mod config;
@@ -39,9 +40,11 @@ mod registry;
 mod seal;
 mod settlement;
 pub mod skills;
+mod steering;
 mod wait;
 
 pub use cancel::Cancellation;
+pub use codemode::CodeLimits;
 pub use error::{KernelError, Result};
 pub use failpoint::{Failpoint, Failpoints, NoFailpoints};
 pub use kernel::{
@@ -52,6 +55,8 @@ pub use lease::{HolderLiveness, LEASE_RENEW_EVERY, LEASE_TTL, UnknownLiveness};
 pub use outbox::{NoOutbox, OUTBOX_FLUSH_TIMEOUT, Outbox};
 pub use permission::{PermissionHook, PermissionRequest, StaticPermissions};
 pub use registry::{AgentTools, Registry, RegistryError};
+pub use seal::APPROVED_PLAN_TASK;
+pub use steering::{Joined, Steering, SteeringClosed};
 pub use wait::{
     MAX_WAIT, TIMED_OUT, WAIT, WAITING_REASON, Waiting, WakeAnswer, same_wake_id, waiting,
     wake_session,

@@ -127,7 +127,7 @@ impl Projector {
     /// Folds one event in.
     pub fn feed(&mut self, event: &RuntimeEvent) {
         match &event.kind {
-            EventKind::TurnStarted { input } => {
+            EventKind::TurnStarted { input } | EventKind::InputJoined { input } => {
                 self.flush();
                 self.push_user(input, event.seq);
             }
@@ -191,6 +191,7 @@ impl Projector {
             | EventKind::CompactionFailed { .. }
             | EventKind::SessionCreated { .. }
             | EventKind::SessionSealed { .. }
+            | EventKind::PlanApproved { .. }
             | EventKind::RunStarted { .. }
             | EventKind::RunComposition { .. }
             | EventKind::ModelRequested { .. }
@@ -199,6 +200,8 @@ impl Projector {
             | EventKind::PermissionRequested { .. }
             | EventKind::PermissionSettled { .. }
             | EventKind::ToolAttemptPrepared { .. }
+            // A program's own calls: its parent's result is what the model reads.
+            | EventKind::ToolCall { .. }
             | EventKind::ShadowIntent { .. }
             | EventKind::RunCompleted { .. }
             | EventKind::RunFailed { .. }

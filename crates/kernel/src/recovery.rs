@@ -8,6 +8,11 @@
 //! call waited for consent, that call and the ones after it are left open, and the run that
 //! resumes the turn asks again ([`awaiting_calls`]); a new turn answers them `cancelled`
 //! ([`cancel_awaiting`]). They are never silently cancelled by the crash itself.
+//!
+//! A program's calls (`tool_call` events of a `run_code` cell) are closed like the model's
+//! (prepared: `indeterminate`; not dispatched: `cancelled`) but never asked again or run
+//! again: the cell's own call was prepared before its program started, so it is
+//! `indeterminate` too, and the model decides what to do next.
 
 use keel_contracts::{EventKind, Outcome, RunId, TurnId, UsageTotals};
 
@@ -57,7 +62,7 @@ pub(crate) async fn close_dangling_run(
     let mut open: Vec<_> = awaiting_calls(&history[..start])
         .2
         .into_iter()
-        .map(|call| (call.call_id, call.name, None))
+        .map(|call| (call.call_id, call.name, None, false))
         .collect();
     let mut asked = std::collections::BTreeSet::new();
     for event in run_events {
@@ -76,11 +81,14 @@ pub(crate) async fn close_dangling_run(
                 }
                 open = tool_calls
                     .iter()
-                    .map(|call| (call.call_id.clone(), call.name.clone(), None))
+                    .map(|call| (call.call_id.clone(), call.name.clone(), None, false))
                     .collect();
             }
+            EventKind::ToolCall { call_id, tool, .. } => {
+                open.push((call_id.clone(), tool.clone(), None, true));
+            }
             EventKind::ToolAttemptPrepared { call_id, attempt_id, .. } => {
-                if let Some(entry) = open.iter_mut().find(|(id, _, _)| id == call_id) {
+                if let Some(entry) = open.iter_mut().find(|(id, _, _, _)| id == call_id) {
                     entry.2 = Some(*attempt_id);
                 }
             }
@@ -90,16 +98,18 @@ pub(crate) async fn close_dangling_run(
             EventKind::PermissionSettled { call_id, .. } => {
                 asked.remove(call_id);
             }
-            EventKind::ToolResult { call_id, .. } => open.retain(|(id, _, _)| id != call_id),
+            EventKind::ToolResult { call_id, .. } => open.retain(|(id, _, _, _)| id != call_id),
             _ => {}
         }
     }
     drop(history);
     // A call that waited for consent is asked again by the next run of the turn: it and
-    // the undispatched calls after it stay open.
-    let awaiting = open.iter().any(|(id, _, attempt)| attempt.is_none() && asked.contains(id));
-    for (call_id, tool, attempt_id) in open {
-        if awaiting && attempt_id.is_none() {
+    // the undispatched calls after it stay open. A program's calls are never asked again.
+    let awaiting = open
+        .iter()
+        .any(|(id, _, attempt, nested)| !nested && attempt.is_none() && asked.contains(id));
+    for (call_id, tool, attempt_id, nested) in open {
+        if awaiting && attempt_id.is_none() && !nested {
             continue;
         }
         let (outcome, text) = match attempt_id {

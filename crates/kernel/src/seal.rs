@@ -44,3 +44,43 @@ impl Kernel {
         Ok(seq)
     }
 }
+
+/// The input of the turn that carries out an approved plan, when the user gives none.
+pub const APPROVED_PLAN_TASK: &str =
+    "The plan is approved. Carry it out now, step by step, and check the result.";
+
+impl Kernel {
+    /// Approves the plan of a session in plan mode: appends `plan_approved` (no turn, no
+    /// run), after which the session's runs are live. The plan itself is what the last run
+    /// recorded (its `plan` calls and its answer); start a turn to carry it out.
+    ///
+    /// Returns the seq of the `plan_approved` event.
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError::NotPlanning`] when the session was not created in plan mode or its
+    /// plan was approved already (nothing is appended); otherwise as
+    /// [`Kernel::seal_session`].
+    ///
+    /// # Cancel safety
+    ///
+    /// The plan is approved if and only if the append completed.
+    pub async fn approve_plan(&self, session_id: SessionId, by: &str) -> Result<Seq> {
+        let mut ledger = self.load_session(session_id).await?;
+        let planning = matches!(
+            ledger.first().map(|event| &event.kind),
+            Some(EventKind::SessionCreated { mode: keel_contracts::ExecutionMode::Plan, .. })
+        ) && !ledger
+            .events()
+            .iter()
+            .any(|event| matches!(event.kind, EventKind::PlanApproved { .. }));
+        if !planning {
+            return Err(crate::KernelError::NotPlanning(session_id));
+        }
+        self.take_lease(&mut ledger).await?;
+        let seq =
+            ledger.append(None, None, EventKind::PlanApproved { by: by.to_owned() }).await?.seq;
+        self.drop_lease(&mut ledger).await;
+        Ok(seq)
+    }
+}

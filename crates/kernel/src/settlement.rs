@@ -17,6 +17,8 @@ use crate::intrinsic::{READ_TOOL_RESULT, REQUEST_BOUNDARY, read_tool_result};
 use crate::kernel::REPEATED_FAILURE_LIMIT;
 use crate::ledger::Ledger;
 use crate::permission::PermissionRequest;
+
+mod cell;
 use crate::registry::Registry;
 use crate::{Cancellation, KernelDeps, Result};
 
@@ -56,6 +58,8 @@ pub(crate) struct CallPolicy {
     /// The session's widened boundary at the start of the run, and its revision.
     pub(crate) boundary: keel_contracts::Boundary,
     pub(crate) revision: u32,
+    /// The bounds of a `run_code` cell.
+    pub(crate) code_limits: crate::CodeLimits,
 }
 
 /// Per-run state of tool settlement.
@@ -96,6 +100,8 @@ pub(crate) struct CallState<'a> {
     submitted: Option<String>,
     /// Set when a `wait` call parked the run.
     parked: Option<crate::wait::Parked>,
+    /// The bounds of a `run_code` cell.
+    code_limits: crate::CodeLimits,
 }
 
 impl CallState<'_> {
@@ -215,6 +221,7 @@ impl<'a> CallState<'a> {
             failpoints,
             boundary,
             revision,
+            code_limits,
         } = policy;
         let denied_paths = rules.denied_paths(&workspace.display().to_string());
         let write_denied_paths = rules.write_denied_paths(&workspace.display().to_string());
@@ -242,6 +249,7 @@ impl<'a> CallState<'a> {
             failures: BTreeMap::new(),
             submitted: None,
             parked: None,
+            code_limits,
         }
     }
 
@@ -682,6 +690,12 @@ impl<'a> CallState<'a> {
                 .await?;
             return call.result(ledger, None, Outcome::ShadowDenied, REFUSAL_SHADOW.into()).await;
         }
+        if self.mode == ExecutionMode::Plan && !keel_contracts::executes_in_plan(spec) {
+            call.gate(ledger, Decision::Refuse, keel_contracts::REFUSAL_PLAN).await?;
+            return call
+                .result(ledger, None, Outcome::Refused, keel_contracts::REFUSAL_PLAN.into())
+                .await;
+        }
         // Rules are decided on the path as written and on the path it really reaches, so a
         // link or /proc/self/cwd cannot dodge a deny rule nor earn an allow rule.
         let workspace = self.workspace.display().to_string();
@@ -868,6 +882,10 @@ impl<'a> CallState<'a> {
                     let history = ledger.history_from(keel_contracts::Seq(1)).await?;
                     read_tool_result(&history, &tool_call.arguments)
                 };
+            return call.output(ledger, Some(attempt_id), output).await;
+        }
+        if spec.intrinsic && name == crate::codemode::RUN_CODE {
+            let output = self.run_cell(ledger, &call, cancel).await?;
             return call.output(ledger, Some(attempt_id), output).await;
         }
         if spec.intrinsic && is_agent_tool(name) {

@@ -306,7 +306,16 @@ impl Kernel {
             outcome: Outcome::Ok,
             content: answer.result_text(&waiting.event),
         };
-        self.drive_with(ledger, turn_id, last_run, Some(result), config, cancel).await
+        self.drive_with(
+            ledger,
+            turn_id,
+            last_run,
+            Some(result),
+            config,
+            cancel,
+            &crate::Steering::new(),
+        )
+        .await
     }
 }
 

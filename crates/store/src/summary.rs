@@ -70,6 +70,9 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::PermissionRequested { .. }
         | EventKind::PermissionSettled { .. }
         | EventKind::BoundaryRevised { .. }
+        | EventKind::ToolCall { .. }
+        | EventKind::InputJoined { .. }
+        | EventKind::PlanApproved { .. }
         | EventKind::ToolAttemptPrepared { .. }
         | EventKind::ToolResult { .. }
         | EventKind::ShadowIntent { .. }

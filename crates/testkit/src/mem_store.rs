@@ -375,6 +375,9 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::PermissionRequested { .. }
         | EventKind::PermissionSettled { .. }
         | EventKind::BoundaryRevised { .. }
+        | EventKind::ToolCall { .. }
+        | EventKind::InputJoined { .. }
+        | EventKind::PlanApproved { .. }
         | EventKind::ToolAttemptPrepared { .. }
         | EventKind::ToolResult { .. }
         | EventKind::ShadowIntent { .. }

@@ -11,8 +11,10 @@
 //
 // Scenarios:
 //   turns  initialize; session/new; a turn that writes two files (one approved, one
-//          denied); a second prompt while a turn runs (must be refused); a turn whose
-//          command is cancelled mid-tool.
+//          denied); a turn whose command is cancelled mid-tool, and a prompt sent while
+//          it runs (queued into it, answered unjoined since the turn is cancelled).
+//   queue  initialize; session/new; a turn whose command runs a moment, and a second
+//          prompt sent meanwhile (queued: it joins the running turn); both answers.
 //   load   initialize; session/list; session/load of ACP_SESSION (the replay).
 //   one    initialize; session/new; one turn ("do it").
 import { spawn } from "node:child_process";
@@ -69,6 +71,21 @@ await app.connectWith(stream, async (ctx) => {
     clientCapabilities: {},
   });
   seen.initialize = init;
+  if (scenario === "queue") {
+    const { sessionId } = await ctx.request(acp.methods.agent.session.new, { cwd, mcpServers: [] });
+    seen.sessionId = sessionId;
+    const running = new Promise((resolve) => {
+      onUpdate = (params) => {
+        const u = params.update;
+        if (u.sessionUpdate === "tool_call_update" && u.status === "in_progress") resolve();
+      };
+    });
+    const first = prompt(ctx, sessionId, "Run the short command.");
+    await running;
+    const second = await prompt(ctx, sessionId, "Also say hello.");
+    seen.stops.push((await first).stopReason, second.stopReason);
+    return;
+  }
   if (scenario === "load") {
     seen.list = await ctx.request(acp.methods.agent.session.list, { cwd });
     const sessionId = process.env.ACP_SESSION;
@@ -84,7 +101,8 @@ await app.connectWith(stream, async (ctx) => {
   seen.turnOneUpdates = seen.updates.length;
   if (scenario === "one") return;
 
-  // Cancel once the command runs; meanwhile, a second prompt must be refused.
+  // Cancel once the command runs; a prompt sent meanwhile is queued into the running turn
+  // (steering) and, since the turn is cancelled before its next step, answered unjoined.
   const running = new Promise((resolve) => {
     onUpdate = (params) => {
       const u = params.update;
@@ -93,17 +111,17 @@ await app.connectWith(stream, async (ctx) => {
   });
   const second = prompt(ctx, sessionId, "Run the long command.");
   await running;
-  try {
-    await prompt(ctx, sessionId, "A prompt while a turn runs.");
-    seen.busy = "accepted";
-  } catch (error) {
-    seen.busy = { code: error.code, data: error.data ?? null };
-  }
+  const queued = prompt(ctx, sessionId, "A prompt while a turn runs.").then(
+    (answer) => ({ stopReason: answer.stopReason }),
+    (error) => ({ code: error.code, data: error.data ?? null }),
+  );
+  await new Promise((resolve) => setTimeout(resolve, 300));
   const cancelledAt = Date.now();
   await ctx.notify(acp.methods.agent.session.cancel, { sessionId });
   const stopped = await second;
   seen.cancelMs = Date.now() - cancelledAt;
   seen.stops.push(stopped.stopReason);
+  seen.busy = await queued;
 });
 
 agent.stdin.end();

@@ -88,6 +88,31 @@ const TURNS: &str = r#"{"steps":[
  {"text":"never reached"}
 ]}"#;
 
+const QUEUE: &str = r#"{"steps":[
+ {"tool_calls":[{"name":"bash","arguments":{"command":"sleep 1"}}]},
+ {"text":"Slept, and hello.","expect":{"contains":"Also say hello."}}
+]}"#;
+
+#[test]
+fn acp_a_prompt_sent_while_a_turn_runs_joins_it_and_is_answered_when_it_ends() {
+    let env = Env::new();
+    let ws = env.workspace().canonicalize().unwrap();
+    let args = scripted_args(&env, "queue.json", QUEUE);
+    let seen = run_client(&env, "queue", &args, &ws, &[]);
+    assert_eq!(seen["stops"], json!(["end_turn", "end_turn"]), "{seen}");
+    let events = keel_log(&env, seen["sessionId"].as_str().unwrap());
+    assert_eq!(of_kind(&events, "turn_started").len(), 1, "the queued prompt is no turn");
+    let joined = of_kind(&events, "input_joined");
+    assert_eq!(joined.len(), 1);
+    assert_eq!(joined[0]["input"], "Also say hello.");
+    // Never mid-call: after the command's result, before the next request.
+    let result = of_kind(&events, "tool_result")[0];
+    assert_eq!(result["outcome"], "ok", "{result}");
+    let result = result["seq"].as_u64().unwrap();
+    assert!(joined[0]["seq"].as_u64().unwrap() > result);
+    assert_eq!(of_kind(&events, "run_completed").len(), 1);
+}
+
 /// Writes the script and a price for it; the `keel acp` arguments that use them.
 fn scripted_args(env: &Env, name: &str, script: &str) -> Vec<String> {
     let path = env.write_script(name, script);
@@ -122,8 +147,13 @@ fn acp_turns_consent_cancel_and_load_replay_with_the_official_sdk() {
     assert_eq!(std::fs::read_to_string(ws.join("approved.txt")).unwrap(), "approved\n");
     assert!(!ws.join("denied.txt").exists());
     assert!(seen["cancelMs"].as_u64().unwrap() < 10_000, "{seen}");
-    // A prompt while a turn runs is refused, and the running turn is unharmed.
+    // A prompt while a turn runs is queued into it; cancelled before its next step, the
+    // turn never took it, and the prompt is answered so (not lost, not run).
     assert_eq!(seen["busy"]["code"], -32600, "{seen}");
+    assert!(
+        seen["busy"]["data"].as_str().unwrap().contains("before this prompt could join"),
+        "{seen}"
+    );
     let answers: Vec<&str> = seen["permissions"]
         .as_array()
         .unwrap()
@@ -168,7 +198,8 @@ fn acp_turns_consent_cancel_and_load_replay_with_the_official_sdk() {
     let by: Vec<&str> = settled.iter().map(|e| e["by"].as_str().unwrap()).collect();
     assert_eq!(by, ["client: allow_once", "client: reject_once", "client: allow_once"]);
     assert_eq!(of_kind(&events, "run_cancelled").len(), 1);
-    assert_eq!(of_kind(&events, "turn_started").len(), 2, "the refused prompt is no turn");
+    assert_eq!(of_kind(&events, "turn_started").len(), 2, "the queued prompt is no turn");
+    assert!(of_kind(&events, "input_joined").is_empty(), "the cancelled turn never took it");
 
     // session/load in a new process replays exactly what the live stream sent, with the
     // user's prompts (which the live stream leaves to the client).

@@ -2,6 +2,7 @@ mod acp_e2e;
 mod budgets_e2e;
 mod budgets_wire_e2e;
 mod cli_surface;
+mod codemode_e2e;
 mod context_e2e;
 mod crash;
 mod eval_e2e;

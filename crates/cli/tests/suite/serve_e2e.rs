@@ -355,6 +355,8 @@ async fn serve_openapi_names_every_route() {
         "/v1/sessions",
         "/v1/sessions/{id}",
         "/v1/sessions/{id}/turns",
+        "/v1/sessions/{id}/input",
+        "/v1/sessions/{id}/plan/approve",
         "/v1/sessions/{id}/resume",
         "/v1/sessions/{id}/cancel",
         "/v1/sessions/{id}/seal",
@@ -421,6 +423,127 @@ async fn serve_approvals_first_answer_wins_and_a_turn_waits_for_it() {
     assert_eq!(settled.len(), 1);
     assert_eq!(settled[0]["answer"], "allow_once");
     assert_eq!(settled[0]["by"], "remote (keel serve)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_steering_input_joins_the_active_run_after_the_pending_call() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let script = env.write_script(
+        "steer.json",
+        &json!({"steps": [
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "c.txt", "content": "c\n"}}]},
+            {"text": "Done, and noted.", "expect": {"contains": "also note the date"}}
+        ]})
+        .to_string(),
+    );
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let session = client.create(&workspace, &script, "ask").await;
+    // No run yet: input is not steering.
+    let (status, body) =
+        client.post(&format!("/v1/sessions/{session}/input"), json!({"input": "early"})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "no_active_run");
+
+    let (status, _) =
+        client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "write c"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let pending = client.pending(&session).await;
+    // Sent while the call waits for consent: it must not join mid-call.
+    let steer = {
+        let client = host.client();
+        let path = format!("/v1/sessions/{session}/input");
+        tokio::spawn(
+            async move { client.post(&path, json!({"input": "also note the date"})).await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!steer.is_finished(), "the input was acknowledged before it joined");
+    assert!(!ledger(&env, &session).iter().any(|e| e["kind"] == "input_joined"));
+    // A new turn is still refused while the run is active.
+    let (status, body) =
+        client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "again"})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+
+    let call = pending["call_id"].as_str().unwrap();
+    let (status, body) = client
+        .post(
+            &format!("/v1/sessions/{session}/permissions/{call}"),
+            json!({"answer": "allow_once"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, joined) = steer.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{joined}");
+    assert_eq!(joined["joined"], true);
+    client.wait_state(&session, "completed").await;
+
+    let ledger = ledger(&env, &session);
+    let seq = joined["seq"].as_u64().unwrap();
+    let at = ledger.iter().position(|e| e["seq"] == seq).unwrap();
+    assert_eq!(ledger[at]["kind"], "input_joined");
+    assert_eq!(ledger[at]["input"], "also note the date");
+    let result = ledger.iter().position(|e| e["kind"] == "tool_result").unwrap();
+    assert!(result < at, "joined after the call's result");
+    assert_eq!(ledger[at + 1]["kind"], "model_requested");
+    assert_eq!(std::fs::read_to_string(workspace.join("c.txt")).unwrap(), "c\n");
+    assert_eq!(ledger.iter().filter(|e| e["kind"] == "run_started").count(), 1, "one run");
+    let last = ledger.last().unwrap();
+    assert_eq!(last["kind"], "run_completed");
+    assert_eq!(last["answer"], "Done, and noted.");
+    // The run is over: steering is refused again.
+    let (status, body) =
+        client.post(&format!("/v1/sessions/{session}/input"), json!({"input": "late"})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "no_active_run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_plan_mode_then_approve_plan_runs_it_live() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let write = json!({"name": "write_file", "arguments": {"path": "e.txt", "content": "e\n"}});
+    let script = env.write_script(
+        "plan.json",
+        &json!({"steps": [
+            {"tool_calls": [write]},
+            {"text": "Plan: write e.txt.", "expect": {"last_outcomes": ["refused"]}},
+            {"tool_calls": [write], "expect": {"contains": "approved"}},
+            {"text": "e.txt written.", "expect": {"last_outcomes": ["ok"]}}
+        ]})
+        .to_string(),
+    );
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let (status, body) = client
+        .post(
+            "/v1/sessions",
+            json!({"workspace": workspace, "model": format!("scripted:{}", script.display()),
+                   "approval": "auto", "mode": "plan"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let session = body["session_id"].as_str().unwrap().to_owned();
+    let (status, _) =
+        client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "plan e"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    client.wait_state(&session, "completed").await;
+    assert!(!workspace.join("e.txt").exists(), "plan mode wrote");
+
+    let path = format!("/v1/sessions/{session}/plan/approve");
+    let (status, body) = client.post(&path, json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["approved_seq"].as_u64().is_some() && body["run_id"].is_string(), "{body}");
+    client.wait_state(&session, "completed").await;
+    assert_eq!(std::fs::read_to_string(workspace.join("e.txt")).unwrap(), "e\n");
+    let ledger = ledger(&env, &session);
+    let approved: Vec<&Value> = ledger.iter().filter(|e| e["kind"] == "plan_approved").collect();
+    assert_eq!(approved.len(), 1);
+    assert_eq!(approved[0]["by"], "remote (keel serve)");
+    let (status, body) = client.post(&path, json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "not_planning");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,9 @@
 //!   ([`person::ClientPerson`], `session/request_permission`), with a bounded wait.
 //! - A client that disconnects mid-turn cancels the turn; the run is recorded as cancelled
 //!   before the process exits.
+//! - A `session/prompt` while a turn runs is queued into that turn (steering): it joins at
+//!   the run's next step boundary (`input_joined`) and is answered with the turn's stop
+//!   reason when the turn ends; one sent as the turn ends is refused (send it again).
 
 pub mod person;
 pub mod render;
@@ -35,7 +38,9 @@ use agent_client_protocol::{Agent, Client, Stdio};
 use keel_contracts::{
     ApprovalMode, EventKind, FinishReason, RuntimeEvent, Seq, SessionId, Store, StreamDelta,
 };
-use keel_kernel::{Cancellation, Observer, PermissionHook, SessionConfig, TurnOutcome};
+use keel_kernel::{
+    Cancellation, Joined, Observer, PermissionHook, SessionConfig, Steering, TurnOutcome,
+};
 use tokio::task::JoinHandle;
 
 use crate::root::{self, Assembly, RunSettings, SessionFacts};
@@ -94,8 +99,8 @@ pub async fn serve(options: AcpOptions) -> anyhow::Result<()> {
     // The client is gone (or the connection failed): no turn may go on unwatched.
     let sessions: Vec<Arc<Live>> = lock(&agent.sessions).values().cloned().collect();
     for session in &sessions {
-        if let Some(cancel) = lock(&session.running).as_ref() {
-            cancel.cancel();
+        if let Some(running) = lock(&session.running).as_ref() {
+            running.cancel.cancel();
         }
     }
     let turns: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&agent.turns));
@@ -154,23 +159,42 @@ async fn connect(agent: Arc<AcpAgent>) -> Result<(), agent_client_protocol::Erro
             async move |request: PromptRequest, responder, _cx| {
                 // The turn runs outside the dispatch loop, so cancel and permission
                 // answers keep flowing; the responder answers when the turn ends.
-                match a4.start_prompt(request) {
-                    Ok((session, input, cancel)) => {
-                        let handle = tokio::spawn(async move {
-                            let answer = session.run(&input, &cancel).await;
+                let handle = match a4.start_prompt(request) {
+                    Ok(Claim::Turn { session, input, cancel, steering, answer: publish }) => {
+                        tokio::spawn(async move {
+                            let answer = session.run(&input, &cancel, &steering).await;
                             *lock(&session.running) = None;
+                            publish.send_replace(Some(answer.clone()));
                             let _ = match answer {
                                 Ok(response) => responder.respond(response),
                                 Err(error) => responder.respond_with_error(error),
                             };
-                        });
-                        let mut turns = lock(&a4.turns);
-                        turns.retain(|turn| !turn.is_finished());
-                        turns.push(handle);
-                        Ok(())
+                        })
                     }
-                    Err(error) => responder.respond_with_error(error),
-                }
+                    Ok(Claim::Queued { joined, mut answer }) => tokio::spawn(async move {
+                        let answer = match joined.wait().await {
+                            // Joined: this prompt's turn is the running one.
+                            Some(_) => loop {
+                                if let Some(answer) = answer.borrow_and_update().clone() {
+                                    break answer;
+                                }
+                                if answer.changed().await.is_err() {
+                                    break Err(internal("the turn ended without an answer"));
+                                }
+                            },
+                            None => Err(ending()),
+                        };
+                        let _ = match answer {
+                            Ok(response) => responder.respond(response),
+                            Err(error) => responder.respond_with_error(error),
+                        };
+                    }),
+                    Err(error) => return responder.respond_with_error(error),
+                };
+                let mut turns = lock(&a4.turns);
+                turns.retain(|turn| !turn.is_finished());
+                turns.push(handle);
+                Ok(())
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -209,8 +233,33 @@ struct Live {
     assembly: Assembly,
     workspace: PathBuf,
     mcp_servers: Vec<McpServer>,
-    running: Mutex<Option<Cancellation>>,
+    running: Mutex<Option<Running>>,
     store: Arc<dyn Store>,
+}
+
+/// A prompt turn's answer, once it ended.
+type Answer = Option<Result<PromptResponse, agent_client_protocol::Error>>;
+
+/// The turn a session runs: how to cancel it, where prompts sent meanwhile go, and its
+/// answer once it ends (for the prompts that joined it).
+struct Running {
+    cancel: Cancellation,
+    steering: Steering,
+    answer: tokio::sync::watch::Receiver<Answer>,
+}
+
+/// What a `session/prompt` starts.
+enum Claim {
+    /// A new turn on an idle session.
+    Turn {
+        session: Arc<Live>,
+        input: String,
+        cancel: Cancellation,
+        steering: Steering,
+        answer: tokio::sync::watch::Sender<Answer>,
+    },
+    /// Input queued into the running turn; answered with that turn's answer.
+    Queued { joined: Joined, answer: tokio::sync::watch::Receiver<Answer> },
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -488,12 +537,9 @@ impl AcpAgent {
         Ok(ListSessionsResponse::new(infos))
     }
 
-    /// Claims the session for a turn: refuses an unknown session or one already running.
-    #[allow(clippy::type_complexity)]
-    fn start_prompt(
-        &self,
-        request: PromptRequest,
-    ) -> Result<(Arc<Live>, String, Cancellation), agent_client_protocol::Error> {
+    /// Claims the session for a turn, or queues the prompt into the turn it runs; refuses
+    /// an unknown session, and a prompt sent while the running turn ends.
+    fn start_prompt(&self, request: PromptRequest) -> Result<Claim, agent_client_protocol::Error> {
         let id = uuid::Uuid::parse_str(&request.session_id.0)
             .map(SessionId)
             .map_err(|_| invalid_params("unknown session: call session/new or session/load"))?;
@@ -505,14 +551,17 @@ impl AcpAgent {
             return Err(invalid_params("the prompt has no text"));
         }
         let cancel = Cancellation::new();
+        let steering = Steering::new();
+        let (publish, answer) = tokio::sync::watch::channel(None);
         {
             let mut running = lock(&session.running);
-            if running.is_some() {
-                return Err(busy(id));
+            if let Some(turn) = running.as_ref() {
+                let joined = turn.steering.send(input).map_err(|_| ending())?;
+                return Ok(Claim::Queued { joined, answer: turn.answer.clone() });
             }
-            *running = Some(cancel.clone());
+            *running = Some(Running { cancel: cancel.clone(), steering: steering.clone(), answer });
         }
-        Ok((session, input, cancel))
+        Ok(Claim::Turn { session, input, cancel, steering, answer: publish })
     }
 
     fn cancel(&self, notification: &CancelNotification) {
@@ -520,9 +569,9 @@ impl AcpAgent {
             return;
         };
         if let Some(session) = lock(&self.sessions).get(&id)
-            && let Some(cancel) = lock(&session.running).as_ref()
+            && let Some(running) = lock(&session.running).as_ref()
         {
-            cancel.cancel();
+            running.cancel.cancel();
         }
     }
 }
@@ -559,6 +608,13 @@ fn busy(id: SessionId) -> agent_client_protocol::Error {
     )))
 }
 
+/// A prompt sent while the running turn ended: it did not join; the client sends it again.
+fn ending() -> agent_client_protocol::Error {
+    agent_client_protocol::Error::invalid_request().data(serde_json::json!(
+        "the running turn ended before this prompt could join it; send it again"
+    ))
+}
+
 fn one_line(text: &str) -> String {
     crate::terminal::one_line(text, 200)
 }
@@ -569,10 +625,11 @@ impl Live {
         &self,
         input: &str,
         cancel: &Cancellation,
+        steering: &Steering,
     ) -> Result<PromptResponse, agent_client_protocol::Error> {
         let kernel = &self.assembly.kernel;
         let report = kernel
-            .run_turn(self.id, input, &self.assembly.resolved.run, cancel)
+            .run_turn_steered(self.id, input, &self.assembly.resolved.run, cancel, steering)
             .await
             .map_err(|error| internal(one_line(&error.to_string())))?;
         let last_finish = match self.store.read(self.id, Seq(0)).await {

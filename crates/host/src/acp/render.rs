@@ -36,7 +36,9 @@ impl Renderer {
     /// The updates `event` stands for, in order (often none).
     pub fn render(&mut self, event: &RuntimeEvent) -> Vec<SessionUpdate> {
         match &event.kind {
-            EventKind::TurnStarted { input } => vec![SessionUpdate::UserMessageChunk(text(input))],
+            EventKind::TurnStarted { input } | EventKind::InputJoined { input } => {
+                vec![SessionUpdate::UserMessageChunk(text(input))]
+            }
             EventKind::RunComposition { context_window, .. } => {
                 self.context_window = *context_window;
                 Vec::new()

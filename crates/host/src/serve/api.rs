@@ -46,6 +46,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/sessions", post(create_session).get(list_sessions))
         .route("/v1/sessions/{id}", get(get_session))
         .route("/v1/sessions/{id}/turns", post(post_turn))
+        .route("/v1/sessions/{id}/input", post(super::steer::post_input))
+        .route("/v1/sessions/{id}/plan/approve", post(super::steer::post_approve_plan))
         .route("/v1/sessions/{id}/resume", post(post_resume))
         .route("/v1/sessions/{id}/cancel", post(post_cancel))
         .route("/v1/sessions/{id}/seal", post(post_seal))
@@ -261,7 +263,7 @@ async fn openapi() -> Response {
 }
 
 /// A session id in a path: a full UUID, nothing else (no prefixes, no paths).
-fn session_id(text: &str) -> Result<SessionId, ApiError> {
+pub(crate) fn session_id(text: &str) -> Result<SessionId, ApiError> {
     uuid::Uuid::try_parse(text)
         .map(SessionId)
         .map_err(|_| ApiError::bad_request("a session id is a UUID (36 characters)"))
@@ -401,7 +403,7 @@ fn visible(host: &super::state::Host, row: &keel_contracts::SessionSummary) -> b
 }
 
 /// [`visible`] for one session: its summary row, or 404.
-async fn visible_row(
+pub(crate) async fn visible_row(
     host: &super::state::Host,
     session_id: keel_contracts::SessionId,
 ) -> Result<keel_contracts::SessionSummary, ApiError> {

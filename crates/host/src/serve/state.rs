@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use keel_contracts::{
     ApprovalMode, EventKind, RunId, RuntimeEvent, Seq, SessionId, Store, StreamDelta, TurnId,
 };
-use keel_kernel::{Cancellation, KernelError, Observer, PermissionHook};
+use keel_kernel::{Cancellation, KernelError, Observer, PermissionHook, Steering};
 use tokio::sync::{oneshot, watch};
 
 use super::ServeConfig;
@@ -77,6 +77,8 @@ pub(crate) struct Started {
 #[derive(Debug)]
 struct Active {
     cancel: Cancellation,
+    /// Where input sent while the run is active goes (`POST /v1/sessions/{id}/input`).
+    steering: Steering,
     generation: u64,
 }
 
@@ -151,6 +153,12 @@ impl Host {
             };
         }
         false
+    }
+
+    /// The steering inbox of the session's run on this host, if it has one.
+    pub(crate) fn steering(&self, session_id: SessionId) -> Option<Steering> {
+        let active = self.active.lock().unwrap_or_else(PoisonError::into_inner);
+        active.1.get(&session_id).map(|run| run.steering.clone())
     }
 
     /// Cancels the session's run on this host; whether there was one.
@@ -248,7 +256,8 @@ impl Host {
             })?;
         let last_seq = events.last().map_or(Seq(0), |event| event.seq);
         let cancel = Cancellation::new();
-        let generation = self.reserve(session_id, &cancel)?;
+        let steering = Steering::new();
+        let generation = self.reserve(session_id, &cancel, &steering)?;
         let release = Release { host: self.clone(), session_id, generation };
 
         settings.approval = Some(self.approval_of(session_id, &facts));
@@ -272,8 +281,15 @@ impl Host {
         tokio::spawn(async move {
             let run = &assembly.resolved.run;
             let report = match &job {
-                Job::Turn(input) => assembly.kernel.run_turn(session_id, input, run, &cancel).await,
-                Job::Resume => assembly.kernel.resume(session_id, run, &cancel).await,
+                Job::Turn(input) => {
+                    assembly
+                        .kernel
+                        .run_turn_steered(session_id, input, run, &cancel, &steering)
+                        .await
+                }
+                Job::Resume => {
+                    assembly.kernel.resume_steered(session_id, run, &cancel, &steering).await
+                }
                 Job::Wake(wake_id, answer) => {
                     assembly.kernel.wake(session_id, wake_id, answer, run, &cancel).await
                 }
@@ -323,7 +339,12 @@ impl Host {
     }
 
     /// Takes a run slot for the session: 409 when it has a run here, 503 at the limit.
-    fn reserve(&self, session_id: SessionId, cancel: &Cancellation) -> Result<u64, ApiError> {
+    fn reserve(
+        &self,
+        session_id: SessionId,
+        cancel: &Cancellation,
+        steering: &Steering,
+    ) -> Result<u64, ApiError> {
         let mut guard = self.active.lock().unwrap_or_else(PoisonError::into_inner);
         let (generation, active) = &mut *guard;
         if active.contains_key(&session_id) {
@@ -339,7 +360,10 @@ impl Host {
             )));
         }
         *generation += 1;
-        active.insert(session_id, Active { cancel: cancel.clone(), generation: *generation });
+        active.insert(
+            session_id,
+            Active { cancel: cancel.clone(), steering: steering.clone(), generation: *generation },
+        );
         Ok(*generation)
     }
 

@@ -50,7 +50,7 @@ async fn step_budget_runs_a_tools_off_report_step_then_resume_completes() {
         #1 session_created scripted:test Live forbidden={}
         #2 turn_started "go"
         #3 run_started Live Auto max_steps=Some(2)
-        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,spawn_agent,wait_agent,list_agents,read_agent_output
+        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,run_code,spawn_agent,wait_agent,list_agents,read_agent_output
         #5 model_requested step=1 messages=1
         #6 model_response tool_calls "" [call_1_1 read {"path":"a"}]
         #7 gate_decision call_1_1 Allow scope.reads
@@ -62,7 +62,7 @@ async fn step_budget_runs_a_tools_off_report_step_then_resume_completes() {
         #13 checkpoint "Report: read a (ok). Next: summarise it." evidence=[#9 read ok]
         #14 run_suspended stopped early: step budget: step 2 of 2 is the last
         #15 run_started Live Auto max_steps=Some(2) resumes=id3
-        #16 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,spawn_agent,wait_agent,list_agents,read_agent_output
+        #16 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,run_code,spawn_agent,wait_agent,list_agents,read_agent_output
         #17 model_requested step=1 messages=6
         #18 model_response stop "a holds its contents" []
         #19 run_completed the model answered without tool calls

@@ -30,7 +30,7 @@ async fn approval_deny_refuses_writes_and_leaves_reads_alone() {
         #1 session_created scripted:test Live forbidden={}
         #2 turn_started "t"
         #3 run_started Live Deny max_steps=None
-        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,spawn_agent,wait_agent,list_agents,read_agent_output
+        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,run_code,spawn_agent,wait_agent,list_agents,read_agent_output
         #5 model_requested step=1 messages=1
         #6 model_response tool_calls "" [call_1_1 read {"path":"a"}; call_1_2 write {"path":"b"}; call_1_3 todo {"items":[{"status":"done","text":"check a"}]}]
         #7 gate_decision call_1_1 Allow scope.reads
@@ -92,7 +92,7 @@ async fn shadow_mode_executes_first_party_reads_and_intrinsics_only() {
         #1 session_created scripted:test Shadow forbidden={}
         #2 turn_started "t"
         #3 run_started Shadow Auto max_steps=None
-        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,spawn_agent,wait_agent,list_agents,read_agent_output
+        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,run_code,spawn_agent,wait_agent,list_agents,read_agent_output
         #5 model_requested step=1 messages=1
         #6 model_response tool_calls "" [call_1_1 read {"path":"a"}; call_1_2 write {"path":"b"}; call_1_3 todo {"items":[{"status":"done","text":"check a"}]}]
         #7 gate_decision call_1_1 Allow scope.reads

@@ -32,7 +32,7 @@ async fn cancel_while_a_tool_runs_answers_every_open_call() {
         #1 session_created scripted:test Live forbidden={}
         #2 turn_started "go"
         #3 run_started Live Auto max_steps=None
-        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,spawn_agent,wait_agent,list_agents,read_agent_output
+        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,run_code,spawn_agent,wait_agent,list_agents,read_agent_output
         #5 model_requested step=1 messages=1
         #6 model_response tool_calls "" [call_1_1 slow {}; call_1_2 read {"path":"a"}]
         #7 gate_decision call_1_1 Ask consent required: write access

@@ -34,7 +34,7 @@ async fn issue_12_retries_are_ledger_events_in_order_before_model_response() {
         #1 session_created scripted:test Live forbidden={}
         #2 turn_started "read a"
         #3 run_started Live Auto max_steps=None
-        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,spawn_agent,wait_agent,list_agents,read_agent_output
+        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,run_code,spawn_agent,wait_agent,list_agents,read_agent_output
         #5 model_requested step=1 messages=1
         #6 model_retry step=1 attempt=2 status=Some(429) rate_limited wait_ms=4000
         #7 model_retry step=1 attempt=3 status=Some(500) server wait_ms=250

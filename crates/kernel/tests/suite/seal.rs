@@ -84,7 +84,7 @@ async fn sealing_leaves_a_dangling_run_as_it_is_and_never_replays_it() {
         #1 session_created scripted:test Live forbidden={}
         #2 turn_started "go"
         #3 run_started Live Auto max_steps=None
-        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,spawn_agent,wait_agent,list_agents,read_agent_output
+        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,run_code,spawn_agent,wait_agent,list_agents,read_agent_output
         #5 model_requested step=1 messages=1
         #6 model_response tool_calls "" [call_1_1 slow {}]
         #7 gate_decision call_1_1 Ask consent required: write access

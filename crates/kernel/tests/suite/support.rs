@@ -271,7 +271,9 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
             EventKind::WaitStarted { call_id, event, deadline, .. } => {
                 format!("wait_started {call_id} {event:?} until {}", deadline.to_rfc3339())
             }
+            EventKind::PlanApproved { by } => format!("plan_approved by {by}"),
             EventKind::TurnStarted { input } => format!("turn_started {input:?}"),
+            EventKind::InputJoined { input } => format!("input_joined {input:?}"),
             EventKind::RunStarted { mode, approval, budget, resumes, .. } => format!(
                 "run_started {mode:?} {approval:?} max_steps={:?}{}",
                 budget.max_steps,
@@ -334,6 +336,9 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
             EventKind::PermissionSettled { call_id, answer, by, expires_at, .. } => {
                 let until = expires_at.map(|at| format!(" until {at}")).unwrap_or_default();
                 format!("permission_settled {call_id} {answer:?} by {by}{until}")
+            }
+            EventKind::ToolCall { parent_call_id, call_id, tool, arguments } => {
+                format!("tool_call {call_id} {tool} {arguments} parent={parent_call_id}")
             }
             EventKind::ToolAttemptPrepared { call_id, attempt_id, .. } => {
                 format!("tool_attempt_prepared {call_id}/{}", short(&attempt_id.to_string()))

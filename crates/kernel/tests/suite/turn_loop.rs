@@ -30,7 +30,7 @@ async fn tool_round_trip_then_answer() {
         #1 session_created scripted:test Live forbidden={}
         #2 turn_started "read a"
         #3 run_started Live Auto max_steps=None
-        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,spawn_agent,wait_agent,list_agents,read_agent_output
+        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,run_code,spawn_agent,wait_agent,list_agents,read_agent_output
         #5 model_requested step=1 messages=1
         #6 model_response tool_calls "Reading." [call_1_1 read {"path":"a"}]
         #7 gate_decision call_1_1 Allow scope.reads
@@ -65,10 +65,10 @@ async fn unknown_tool_and_invalid_arguments_are_error_results_and_the_run_goes_o
         #1 session_created scripted:test Live forbidden={}
         #2 turn_started "try things"
         #3 run_started Live Auto max_steps=None
-        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,spawn_agent,wait_agent,list_agents,read_agent_output
+        #4 run_composition scripted tools=read,write,broken,boom,slow,nap,todo,plan,read_tool_result,request_boundary,run_code,spawn_agent,wait_agent,list_agents,read_agent_output
         #5 model_requested step=1 messages=1
         #6 model_response tool_calls "" [call_1_1 nope {}; call_1_2 read {"path":7}; call_1_3 read {"extra":true,"path":"a"}]
-        #7 tool_result call_1_1/- error "error: unknown tool 'nope'. Available tools: read, write, broken, boom, slow, nap, todo, plan, read_tool_result, request_boundary, spawn_agent, wait_agent, list_agents, read_agent_output"
+        #7 tool_result call_1_1/- error "error: unknown tool 'nope'. Available tools: read, write, broken, boom, slow, nap, todo, plan, read_tool_result, request_boundary, run_code, spawn_agent, wait_agent, list_agents, read_agent_output"
         #8 tool_result call_1_2/- error "error: invalid arguments for read: /path: 7 is not of type \"string\""
         #9 tool_result call_1_3/- error "error: invalid arguments for read: Additional properties are not allowed ('extra' was unexpected)"
         #10 model_requested step=2 messages=5
