@@ -5,7 +5,7 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{Peer, RoleClient, ServiceExt};
@@ -118,10 +118,34 @@ fn describe(error: &ClientInitializeError) -> String {
     }
 }
 
+/// The protocol version keel offers in `initialize`: the newest one that still has an
+/// `initialize` handshake. rmcp's `LATEST` (2026-07-28) dropped the handshake, so a client
+/// that names it in `initialize` offers something the server cannot answer in kind.
+pub(crate) const OFFERED_PROTOCOL_VERSION: ProtocolVersion =
+    ProtocolVersion::LATEST_WITH_INITIALIZE;
+
 /// What keel tells servers about itself.
 fn client_info() -> ClientConfig {
     ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new("keel", env!("CARGO_PKG_VERSION")),
     )
+    .with_protocol_version(OFFERED_PROTOCOL_VERSION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keel_offers_the_newest_version_that_has_an_initialize_handshake() {
+        let newest = ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .filter(|version| version.has_initialize())
+            .max_by(|a, b| a.as_str().cmp(b.as_str()))
+            .unwrap();
+        assert_eq!(&OFFERED_PROTOCOL_VERSION, newest);
+        assert_eq!(client_info().protocol_version, OFFERED_PROTOCOL_VERSION);
+        assert!(client_info().protocol_version.has_initialize());
+    }
 }
