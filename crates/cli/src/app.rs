@@ -243,7 +243,7 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let prepared =
         root::prepare(&home, &workspace, &settings(&options), None, &store, terminal_person())?;
     let task = read_task(task)?;
-    let Assembly { kernel, resolved, outbox, mcp: _mcp } =
+    let Assembly { kernel, resolved, outbox, mcp } =
         root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
     root::check_tool_names(&kernel, &resolved.envelope)?;
     root::repair(&kernel).await;
@@ -259,6 +259,7 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let cancel = cancel_on_ctrl_c();
     let report = kernel.run_turn(session_id, &task, &resolved.run, &cancel).await;
     outbox.finish().await;
+    mcp.close().await;
     Ok(output::finish(&report?, options.format(), shows_view(&options), started_at))
 }
 
@@ -325,7 +326,7 @@ async fn resume(
         &store,
         terminal_person(),
     )?;
-    let Assembly { kernel, resolved, outbox, mcp: _mcp } =
+    let Assembly { kernel, resolved, outbox, mcp } =
         root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
     let cancel = cancel_on_ctrl_c();
     let report = match task {
@@ -342,6 +343,7 @@ async fn resume(
         }
     };
     outbox.finish().await;
+    mcp.close().await;
     Ok(output::finish(&report?, options.format(), shows_view(&options), started_at))
 }
 
@@ -364,11 +366,12 @@ async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> an
         &store,
         terminal_person(),
     )?;
-    let Assembly { kernel, resolved, outbox, mcp: _mcp } =
+    let Assembly { kernel, resolved, outbox, mcp } =
         root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
     let cancel = cancel_on_ctrl_c();
     let compacted = kernel.compact_session(session_id, &resolved.run, &cancel).await;
     outbox.finish().await;
+    mcp.close().await;
     match compacted {
         Ok(Some((before, after))) => {
             eprintln!("keel: compacted session {session_id}: ~{before} → ~{after} tokens");

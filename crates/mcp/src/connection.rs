@@ -1,27 +1,38 @@
 //! One live MCP session with a server: rmcp's client service over stdio or streamable
 //! HTTP, and for stdio the child process it talks to.
 
+use std::collections::HashMap;
 use std::process::ExitStatus;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{Peer, RoleClient, ServiceExt};
 
-use crate::config::{ServerSpec, TransportSpec};
+use crate::config::{HttpHeaders, ServerSpec, TransportSpec};
 use crate::error::ConnectError;
+use crate::http::KeelHttpClient;
 use crate::manager::StartOptions;
 use crate::stdio::{self, ChildGuard, Launch, ServerLog};
 
 /// How long a crashed server is given to be reaped, to report its exit status.
 const EXIT_STATUS_WAIT: Duration = Duration::from_millis(500);
 
+/// How long closing a session may take (an HTTP session's DELETE included).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// An initialized client session.
 #[derive(Debug)]
 pub(crate) struct Connection {
-    service: RunningService<RoleClient, ClientConfig>,
+    peer: Peer<RoleClient>,
+    service: tokio::sync::Mutex<RunningService<RoleClient, ClientConfig>>,
+    /// HTTP: set when the server refused the session (see [`KeelHttpClient`]).
+    session_lost: Option<Arc<AtomicBool>>,
     // Dropped after `service`, so the transport closes before the group is killed.
     child: Option<ChildGuard>,
 }
@@ -65,27 +76,76 @@ impl Connection {
                         return Err(initialize_error(&error));
                     }
                 };
-                Ok(Connection { service, child: Some(child) })
+                Ok(Connection::new(service, Some(child), None))
             }
-            TransportSpec::Http { url } => {
-                let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+            TransportSpec::Http { url, headers, bearer_token_env } => {
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .reinit_on_expired_session(true)
+                    .custom_headers(header_map(headers)?);
+                if let Some(variable) = bearer_token_env {
+                    let token = options
+                        .bearer_tokens
+                        .0
+                        .get(variable)
+                        .filter(|token| !token.is_empty())
+                        .ok_or_else(|| ConnectError::MissingToken { variable: variable.clone() })?;
+                    config = config.auth_header(token.clone());
+                }
+                let client = KeelHttpClient::new().map_err(|error| ConnectError::Initialize {
+                    message: format!("cannot set up the HTTP client: {error}"),
+                    stderr_tail: Vec::new(),
+                })?;
+                let session_lost = client.session_lost();
+                let transport = StreamableHttpClientTransport::with_client(client, config);
                 let service =
                     client_info().serve(transport).await.map_err(|e| initialize_error(&e))?;
-                Ok(Connection { service, child: None })
+                Ok(Connection::new(service, None, Some(session_lost)))
             }
         }
     }
 
+    fn new(
+        service: RunningService<RoleClient, ClientConfig>,
+        child: Option<ChildGuard>,
+        session_lost: Option<Arc<AtomicBool>>,
+    ) -> Connection {
+        Connection {
+            peer: service.peer().clone(),
+            service: tokio::sync::Mutex::new(service),
+            session_lost,
+            child,
+        }
+    }
+
+    /// Whether an HTTP server refused this connection's session: requests it refused
+    /// never ran, so a request that failed with the connection can be sent on a new one.
+    pub(crate) fn lost_its_session(&self) -> bool {
+        self.session_lost.as_ref().is_some_and(|lost| lost.load(Ordering::SeqCst))
+    }
+
     /// The peer to send requests to.
     pub(crate) fn peer(&self) -> &Peer<RoleClient> {
-        self.service.peer()
+        &self.peer
     }
 
     /// Whether requests can still be sent and answered.
     pub(crate) fn is_alive(&self) -> bool {
         let child_running =
             self.child.as_ref().is_none_or(|child| child.try_exit_status().is_none());
-        child_running && !self.service.is_closed() && !self.service.peer().is_transport_closed()
+        // A service being closed right now holds the lock: it is not alive.
+        let open = self.service.try_lock().is_ok_and(|service| !service.is_closed());
+        child_running && open && !self.peer.is_transport_closed()
+    }
+
+    /// Ends the session within a few seconds: for an HTTP server, rmcp's worker sends the
+    /// session's `DELETE` before it stops. Later requests fail as on a closed connection.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the session closing in the background.
+    pub(crate) async fn close(&self) {
+        let mut service = self.service.lock().await;
+        let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
     }
 
     /// For a stdio server that went away: its exit status, waiting briefly for it.
@@ -95,6 +155,22 @@ impl Connection {
             None => None,
         }
     }
+}
+
+/// The configured headers as reqwest's types (validated with the config already).
+fn header_map(headers: &HttpHeaders) -> Result<HashMap<HeaderName, HeaderValue>, ConnectError> {
+    let mut map = HashMap::new();
+    for (name, value) in &headers.0 {
+        let invalid = || ConnectError::Initialize {
+            message: format!("header '{name}' is not a valid HTTP header"),
+            stderr_tail: Vec::new(),
+        };
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+        let mut value = HeaderValue::from_str(value).map_err(|_| invalid())?;
+        value.set_sensitive(true);
+        map.insert(name, value);
+    }
+    Ok(map)
 }
 
 /// A handshake error for humans: a transport failure as `what was being done: cause: ...`

@@ -36,6 +36,7 @@ mod access;
 mod config;
 mod connection;
 mod error;
+mod http;
 mod manager;
 mod naming;
 mod result;
@@ -44,12 +45,13 @@ mod tool;
 
 pub use access::{AccessSource, DeclaredAccess, TransportKind, declare_access};
 pub use config::{
-    DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, McpServerConfig, ServerSpec, ToolDeclaration,
-    TransportSpec,
+    DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, HttpHeaders, McpServerConfig, ServerSpec,
+    ToolDeclaration, TransportSpec,
 };
 pub use error::{ConfigError, ConnectError};
 pub use manager::{
-    INHERITED_ENV_VARS, McpServers, McpToolInfo, ServerState, ServerStatus, StartOptions,
+    BearerTokens, INHERITED_ENV_VARS, McpServers, McpToolInfo, ServerState, ServerStatus,
+    StartOptions,
 };
 pub use naming::{MAX_TOOL_NAME_LEN, keel_tool_name};
 pub use tool::McpTool;

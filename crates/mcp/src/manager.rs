@@ -60,6 +60,37 @@ pub struct StartOptions {
     /// The inherited environment: normally the process's values of
     /// [`INHERITED_ENV_VARS`].
     pub inherited_env: BTreeMap<OsString, OsString>,
+    /// The values of the variables that `bearer_token_env` keys name, read by the
+    /// composition root (normally [`BearerTokens::from_env`]); keel-mcp reads no process
+    /// environment itself.
+    pub bearer_tokens: BearerTokens,
+}
+
+/// Bearer tokens by environment variable name. `Debug` prints the names only.
+#[derive(Clone, Default)]
+pub struct BearerTokens(pub BTreeMap<String, String>);
+
+impl BearerTokens {
+    /// The process environment's values of every `bearer_token_env` of `specs` that is set
+    /// and not empty.
+    pub fn from_env(specs: &[ServerSpec]) -> BearerTokens {
+        let mut tokens = BTreeMap::new();
+        for spec in specs {
+            if let TransportSpec::Http { bearer_token_env: Some(variable), .. } = &spec.transport
+                && let Ok(value) = std::env::var(variable)
+                && !value.is_empty()
+            {
+                tokens.insert(variable.clone(), value);
+            }
+        }
+        BearerTokens(tokens)
+    }
+}
+
+impl std::fmt::Debug for BearerTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.0.keys().map(|name| (name, "<redacted>"))).finish()
+    }
 }
 
 /// Whether a server is usable, as last seen.
@@ -114,6 +145,7 @@ pub struct ServerStatus {
 pub struct McpServers {
     tools: Vec<Arc<McpTool>>,
     statuses: Vec<ServerStatus>,
+    handles: Vec<Arc<ServerHandle>>,
 }
 
 impl McpServers {
@@ -133,11 +165,24 @@ impl McpServers {
         .await;
         let mut tools = Vec::new();
         let mut statuses = Vec::new();
-        for (server_tools, status) in started {
+        let mut handles = Vec::new();
+        for (server_tools, status, handle) in started {
             tools.extend(server_tools);
             statuses.push(status);
+            handles.extend(handle);
         }
-        McpServers { tools, statuses }
+        McpServers { tools, statuses, handles }
+    }
+
+    /// Ends every server's session, in parallel, each within a few seconds: an HTTP
+    /// server's session is deleted (`DELETE`), a stdio server's input is closed and its
+    /// process group killed. A tool called afterwards starts its server again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the remaining sessions closing in the background.
+    pub async fn close(&self) {
+        futures::future::join_all(self.handles.iter().map(|handle| handle.close())).await;
     }
 
     /// The tools of every connected server, for the kernel's registry.
@@ -154,7 +199,7 @@ impl McpServers {
 async fn start_one(
     spec: ServerSpec,
     options: Arc<StartOptions>,
-) -> (Vec<Arc<McpTool>>, ServerStatus) {
+) -> (Vec<Arc<McpTool>>, ServerStatus, Option<Arc<ServerHandle>>) {
     let mut status = ServerStatus {
         name: spec.name.clone(),
         transport: spec.transport.describe(),
@@ -171,7 +216,7 @@ async fn start_one(
             }
             Err(error) => {
                 status.state = ServerState::Failed { reason: error.to_string() };
-                return (Vec::new(), status);
+                return (Vec::new(), status, None);
             }
         },
         TransportSpec::Http { .. } => None,
@@ -192,7 +237,7 @@ async fn start_one(
         Ok(Ok(listed)) => listed,
         Ok(Err(error)) => {
             status.state = ServerState::Failed { reason: error.to_string() };
-            return (Vec::new(), status);
+            return (Vec::new(), status, None);
         }
         Err(_elapsed) => {
             let error = ConnectError::StartupTimeout {
@@ -200,7 +245,7 @@ async fn start_one(
                 stderr_tail: server.stderr_tail(),
             };
             status.state = ServerState::Failed { reason: error.to_string() };
-            return (Vec::new(), status);
+            return (Vec::new(), status, None);
         }
     };
     *server.connection.lock().await = Some(connection);
@@ -257,7 +302,7 @@ async fn start_one(
         status.tools.push(info.clone());
         tools.push(Arc::new(McpTool::new(spec, info, server.clone())));
     }
-    (tools, status)
+    (tools, status, Some(server))
 }
 
 /// One configured server and its current connection, shared by its tools.
@@ -301,6 +346,14 @@ impl ServerHandle {
         Ok(connection)
     }
 
+    /// Closes the current connection, if any (see [`Connection::close`]).
+    async fn close(&self) {
+        let connection = self.connection.lock().await.take();
+        if let Some(connection) = connection {
+            connection.close().await;
+        }
+    }
+
     /// Forgets `connection` if it is still the current one.
     async fn discard(&self, connection: &Arc<Connection>) {
         let mut slot = self.connection.lock().await;
@@ -342,7 +395,32 @@ impl ServerHandle {
             params = params.with_arguments(arguments);
         }
         let timeout = self.spec.tool_timeout;
-        let called = tokio::time::timeout(timeout, connection.peer().call_tool(params)).await;
+        let started = tokio::time::Instant::now();
+        let mut connection = connection;
+        let mut called =
+            tokio::time::timeout(timeout, connection.peer().call_tool(params.clone())).await;
+        // An HTTP server that refused the session (it restarted, or forgot it) did not run
+        // the call: send it once more on a new session, within what is left of the timeout.
+        if let Ok(Err(error)) = &called
+            && lost_connection(error)
+            && connection.lost_its_session()
+        {
+            self.discard(&connection).await;
+            match self.live_connection().await {
+                Ok(fresh) => {
+                    connection = fresh;
+                    let left = timeout.saturating_sub(started.elapsed());
+                    called = tokio::time::timeout(left, connection.peer().call_tool(params)).await;
+                }
+                Err(error) => {
+                    return ToolOutput::error(format!(
+                        "error: MCP server '{server}' forgot keel's session and a new one could \
+                         not be started: {}",
+                        self.fence_stderr(&error.to_string())
+                    ));
+                }
+            }
+        }
         match called {
             Ok(Ok(result)) => {
                 let (outcome, text) = render(&result);

@@ -12,6 +12,7 @@ mod otlp_e2e;
 mod outbox_e2e;
 mod postgres_e2e;
 mod providers_e2e;
+mod redteam_mcp;
 mod redteam_orphans;
 mod redteam_rules;
 mod redteam_trust;

@@ -104,6 +104,7 @@ pub async fn serve(options: AcpOptions) -> anyhow::Result<()> {
     }
     for session in sessions {
         session.assembly.outbox.finish().await;
+        session.assembly.mcp.close().await;
     }
     served.map_err(|error| anyhow::anyhow!("the ACP connection failed: {error}"))
 }
@@ -391,6 +392,7 @@ impl AcpAgent {
         if let Some(old) = self.add(id, assembly, live.workspace.clone(), live.mcp_servers.clone())
         {
             old.assembly.outbox.finish().await;
+            old.assembly.mcp.close().await;
         }
         cx.send_notification(SessionNotification::new(
             id.to_string(),
@@ -455,6 +457,7 @@ impl AcpAgent {
         let modes = modes(assembly.resolved.run.approval);
         if let Some(old) = self.add(id, assembly, workspace, request.mcp_servers) {
             old.assembly.outbox.finish().await;
+            old.assembly.mcp.close().await;
         }
         Ok(LoadSessionResponse::new().modes(modes))
     }
@@ -644,14 +647,11 @@ fn client_mcp_server(
             stdio.name.clone()
         }
         McpServer::Http(http) => {
-            // keel's HTTP MCP client sends no custom headers: a server that needs them
-            // (a token) would fail later and less clearly, so it is refused here.
-            if !http.headers.is_empty() {
-                return Err(invalid_params(format!(
-                    "MCP server '{}' needs HTTP headers, which keel's MCP client cannot send",
-                    one_line(&http.name)
-                )));
-            }
+            // The editor's headers (a token, say) are sent with every request; the
+            // editor is the user's own program, as trusted as the user's config.
+            config.headers = keel_mcp::HttpHeaders(
+                http.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
+            );
             config.url = Some(http.url.clone());
             http.name.clone()
         }

@@ -271,6 +271,7 @@ impl Host {
                 Job::Resume => assembly.kernel.resume(session_id, run, &cancel).await,
             };
             assembly.outbox.finish().await;
+            assembly.mcp.close().await;
             if let Err(error) = &report {
                 eprintln!("keel serve: the run of session {session_id} ended in error: {error}");
             }

@@ -36,6 +36,7 @@ async fn main() -> ExitCode {
         log_dir: scratch.join("logs"),
         workspace: std::env::temp_dir(),
         inherited_env: BTreeMap::new(),
+        bearer_tokens: Default::default(),
     };
     let servers = McpServers::start(vec![spec], options).await;
     let mut ok = true;
