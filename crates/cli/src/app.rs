@@ -77,8 +77,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Trust { dir } => crate::trust::command(dir.as_deref()),
         Command::Config { options } => crate::config_show::show(&options),
         Command::Acp { permission_timeout, options } => acp(&permission_timeout, &options).await,
-        Command::Mcp { command: McpCommand::List { workspace } } => {
-            mcp::list(workspace.as_deref()).await
+        Command::Mcp { command: McpCommand::List { workspace, json } } => {
+            mcp::list(workspace.as_deref(), json).await
         }
         Command::Serve {
             listen,

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use keel_contracts::{Tool, UNTRUSTED_POLICY};
 use keel_kernel::Instruction;
-use keel_mcp::{BearerTokens, INHERITED_ENV_VARS, McpServers, ServerState, StartOptions};
+use keel_mcp::{
+    BearerTokens, ElicitationPolicy, INHERITED_ENV_VARS, McpServers, ServerState, StartOptions,
+};
 
 use crate::config::ConfigFile;
 use crate::root::usage;
@@ -32,12 +34,14 @@ impl Started {
     }
 }
 
-/// Starts every server in `config` (logs under `KEEL_HOME/logs`).
+/// Starts every server in `config` (logs under `KEEL_HOME/logs`). Servers' questions
+/// (`elicitation/create`) are answered by `elicitation`.
 pub async fn start(
     config: &ConfigFile,
     home: &Path,
     workspace: &Path,
     warn: bool,
+    elicitation: ElicitationPolicy,
 ) -> anyhow::Result<Started> {
     let mut specs = Vec::new();
     for (name, server) in &config.mcp_servers {
@@ -46,6 +50,7 @@ pub async fn start(
     let bearer_tokens = BearerTokens::from_env(&specs);
     let options = StartOptions {
         bearer_tokens,
+        elicitation,
         log_dir: home.join("logs"),
         workspace: workspace.to_path_buf(),
         inherited_env: std::env::vars_os()

@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{Peer, RoleClient, ServiceExt};
 
+use crate::client::KeelClient;
 use crate::config::{HttpHeaders, ServerSpec, TransportSpec};
 use crate::error::ConnectError;
 use crate::http::KeelHttpClient;
@@ -30,7 +31,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Debug)]
 pub(crate) struct Connection {
     peer: Peer<RoleClient>,
-    service: tokio::sync::Mutex<RunningService<RoleClient, ClientConfig>>,
+    service: tokio::sync::Mutex<RunningService<RoleClient, KeelClient>>,
     /// HTTP: set when the server refused the session (see [`KeelHttpClient`]).
     session_lost: Option<Arc<AtomicBool>>,
     // Dropped after `service`, so the transport closes before the group is killed.
@@ -44,6 +45,7 @@ impl Connection {
         spec: &ServerSpec,
         options: &StartOptions,
         log: Option<&Arc<ServerLog>>,
+        handler: &KeelClient,
     ) -> Result<Connection, ConnectError> {
         let tail = || log.map(|log| log.tail()).unwrap_or_default();
         let initialize_error = |error: &ClientInitializeError| ConnectError::Initialize {
@@ -68,7 +70,7 @@ impl Connection {
                 };
                 let spawned = stdio::spawn(&launch, log)?;
                 let child = spawned.child;
-                let service = match client_info().serve((spawned.stdout, spawned.stdin)).await {
+                let service = match handler.clone().serve((spawned.stdout, spawned.stdin)).await {
                     Ok(service) => service,
                     Err(error) => {
                         // Let stderr drain so the report says why the server died.
@@ -98,14 +100,14 @@ impl Connection {
                 let session_lost = client.session_lost();
                 let transport = StreamableHttpClientTransport::with_client(client, config);
                 let service =
-                    client_info().serve(transport).await.map_err(|e| initialize_error(&e))?;
+                    handler.clone().serve(transport).await.map_err(|e| initialize_error(&e))?;
                 Ok(Connection::new(service, None, Some(session_lost)))
             }
         }
     }
 
     fn new(
-        service: RunningService<RoleClient, ClientConfig>,
+        service: RunningService<RoleClient, KeelClient>,
         child: Option<ChildGuard>,
         session_lost: Option<Arc<AtomicBool>>,
     ) -> Connection {
@@ -200,15 +202,6 @@ fn describe(error: &ClientInitializeError) -> String {
 pub(crate) const OFFERED_PROTOCOL_VERSION: ProtocolVersion =
     ProtocolVersion::LATEST_WITH_INITIALIZE;
 
-/// What keel tells servers about itself.
-fn client_info() -> ClientConfig {
-    ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("keel", env!("CARGO_PKG_VERSION")),
-    )
-    .with_protocol_version(OFFERED_PROTOCOL_VERSION)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,7 +214,6 @@ mod tests {
             .max_by(|a, b| a.as_str().cmp(b.as_str()))
             .unwrap();
         assert_eq!(&OFFERED_PROTOCOL_VERSION, newest);
-        assert_eq!(client_info().protocol_version, OFFERED_PROTOCOL_VERSION);
-        assert!(client_info().protocol_version.has_initialize());
+        assert_eq!(crate::client::client_info().protocol_version, OFFERED_PROTOCOL_VERSION);
     }
 }

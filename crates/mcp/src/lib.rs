@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 mod access;
+mod client;
 mod config;
 mod connection;
 mod error;
@@ -44,6 +45,7 @@ mod stdio;
 mod tool;
 
 pub use access::{AccessSource, DeclaredAccess, TransportKind, declare_access};
+pub use client::{Elicitation, ElicitationPolicy};
 pub use config::{
     DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, HttpHeaders, McpServerConfig, ServerSpec,
     ToolDeclaration, TransportSpec,

@@ -11,6 +11,7 @@ use rmcp::ServiceError;
 use rmcp::model::CallToolRequestParams;
 
 use crate::access::{AccessSource, declare_access};
+use crate::client::{Elicitation, ElicitationPolicy, KeelClient};
 use crate::config::{ServerSpec, TransportSpec};
 use crate::connection::Connection;
 use crate::error::ConnectError;
@@ -64,6 +65,8 @@ pub struct StartOptions {
     /// composition root (normally [`BearerTokens::from_env`]); keel-mcp reads no process
     /// environment itself.
     pub bearer_tokens: BearerTokens,
+    /// How servers' `elicitation/create` requests are answered.
+    pub elicitation: ElicitationPolicy,
 }
 
 /// Bearer tokens by environment variable name. `Debug` prints the names only.
@@ -174,6 +177,18 @@ impl McpServers {
         McpServers { tools, statuses, handles }
     }
 
+    /// Every `elicitation/create` answered so far, by server in configuration order, each
+    /// server's in the order they came.
+    pub fn elicitations(&self) -> Vec<Elicitation> {
+        let mut all = Vec::new();
+        for handle in &self.handles {
+            if let Ok(answered) = handle.elicitations.lock() {
+                all.extend(answered.iter().cloned());
+            }
+        }
+        all
+    }
+
     /// Ends every server's session, in parallel, each within a few seconds: an HTTP
     /// server's session is deleted (`DELETE`), a stdio server's input is closed and its
     /// process group killed. A tool called afterwards starts its server again.
@@ -221,8 +236,16 @@ async fn start_one(
         },
         TransportSpec::Http { .. } => None,
     };
-    let server =
-        Arc::new(ServerHandle { spec, options, log, connection: tokio::sync::Mutex::new(None) });
+    let elicitations = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let handler = KeelClient::new(&spec.name, options.elicitation, elicitations.clone());
+    let server = Arc::new(ServerHandle {
+        spec,
+        options,
+        log,
+        handler,
+        elicitations,
+        connection: tokio::sync::Mutex::new(None),
+    });
     let listed = tokio::time::timeout(server.spec.startup_timeout, async {
         let connection = server.connect().await?;
         let tools =
@@ -286,10 +309,15 @@ async fn start_one(
         if parameters.get("type").is_none() {
             parameters["type"] = serde_json::Value::from("object");
         }
-        let description =
-            listed_tool.description.as_deref().map(str::to_owned).unwrap_or_else(|| {
-                format!("Tool '{server_tool}' of MCP server '{}'.", server.spec.name)
-            });
+        // The server's own words about its tool are untrusted input like its results.
+        let description = match listed_tool.description.as_deref() {
+            Some(text) if !text.trim().is_empty() => format!(
+                "Tool '{server_tool}' of MCP server '{}'; the server describes it as:\n{}",
+                server.spec.name,
+                fence_untrusted(&format!("{name}__description"), text)
+            ),
+            _ => format!("Tool '{server_tool}' of MCP server '{}'.", server.spec.name),
+        };
         let spec = ToolSpec {
             name,
             description,
@@ -300,7 +328,11 @@ async fn start_one(
             first_party: false,
         };
         status.tools.push(info.clone());
-        tools.push(Arc::new(McpTool::new(spec, info, server.clone())));
+        let output_schema = listed_tool
+            .output_schema
+            .as_ref()
+            .map(|schema| serde_json::Value::Object((**schema).clone()));
+        tools.push(Arc::new(McpTool::new(spec, info, server.clone(), output_schema)));
     }
     (tools, status, Some(server))
 }
@@ -311,6 +343,10 @@ pub(crate) struct ServerHandle {
     spec: ServerSpec,
     options: Arc<StartOptions>,
     log: Option<Arc<ServerLog>>,
+    /// keel's side of every session with this server.
+    handler: KeelClient,
+    /// What the handler answered to `elicitation/create`.
+    elicitations: Arc<std::sync::Mutex<Vec<Elicitation>>>,
     /// `None` before the first start and after the connection died.
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
 }
@@ -322,7 +358,9 @@ impl ServerHandle {
 
     /// A new connection (not stored).
     async fn connect(&self) -> Result<Arc<Connection>, ConnectError> {
-        Connection::open(&self.spec, &self.options, self.log.as_ref()).await.map(Arc::new)
+        Connection::open(&self.spec, &self.options, self.log.as_ref(), &self.handler)
+            .await
+            .map(Arc::new)
     }
 
     /// The live connection, (re)starting the server within its startup timeout if needed.
@@ -374,6 +412,7 @@ impl ServerHandle {
         source: &str,
         server_tool: &str,
         arguments: &serde_json::Value,
+        output_schema: Option<&serde_json::Value>,
     ) -> ToolOutput {
         let server = &self.spec.name;
         let arguments = match arguments {
@@ -423,6 +462,12 @@ impl ServerHandle {
         }
         match called {
             Ok(Ok(result)) => {
+                if let Some(problem) = structured_mismatch(output_schema, &result) {
+                    return ToolOutput::error(format!(
+                        "error: the result of MCP tool '{server_tool}' of server '{server}' \
+                         does not match the tool's outputSchema: {problem}"
+                    ));
+                }
                 let (outcome, text) = render(&result);
                 ToolOutput { outcome, content: fence_untrusted(source, &text), raw: None }
             }
@@ -470,6 +515,32 @@ impl ServerHandle {
             fence_untrusted(&source, &tail.join("\n"))
         )
     }
+}
+
+/// Why a successful result's `structuredContent` does not satisfy the tool's
+/// `outputSchema` (a tool with a schema must send it), or `None` when it does or there is no
+/// schema. An error result (`isError`) is not checked.
+fn structured_mismatch(
+    schema: Option<&serde_json::Value>,
+    result: &rmcp::model::CallToolResult,
+) -> Option<String> {
+    let schema = schema?;
+    if result.is_error == Some(true) {
+        return None;
+    }
+    let Some(structured) = &result.structured_content else {
+        return Some("the result has no structuredContent".to_owned());
+    };
+    let validator = match jsonschema::validator_for(schema) {
+        Ok(validator) => validator,
+        Err(error) => return Some(format!("the outputSchema itself is invalid: {error}")),
+    };
+    let problems: Vec<String> =
+        validator.iter_errors(structured).take(3).map(|error| error.to_string()).collect();
+    (!problems.is_empty()).then(|| {
+        let text = problems.join("; ");
+        text.chars().take(500).collect()
+    })
 }
 
 fn lost_connection(error: &ServiceError) -> bool {

@@ -13,11 +13,18 @@ pub struct McpTool {
     spec: ToolSpec,
     info: McpToolInfo,
     server: Arc<ServerHandle>,
+    /// The tool's `outputSchema`, which its `structuredContent` must match.
+    output_schema: Option<serde_json::Value>,
 }
 
 impl McpTool {
-    pub(crate) fn new(spec: ToolSpec, info: McpToolInfo, server: Arc<ServerHandle>) -> McpTool {
-        McpTool { spec, info, server }
+    pub(crate) fn new(
+        spec: ToolSpec,
+        info: McpToolInfo,
+        server: Arc<ServerHandle>,
+        output_schema: Option<serde_json::Value>,
+    ) -> McpTool {
+        McpTool { spec, info, server, output_schema }
     }
 
     /// What `keel mcp list` shows about it.
@@ -40,6 +47,8 @@ impl Tool for McpTool {
     ///
     /// Dropping the future sends `notifications/cancelled` for the call in flight.
     async fn invoke(&self, _context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput {
-        self.server.call(&self.spec.name, &self.info.server_tool, arguments).await
+        self.server
+            .call(&self.spec.name, &self.info.server_tool, arguments, self.output_schema.as_ref())
+            .await
     }
 }

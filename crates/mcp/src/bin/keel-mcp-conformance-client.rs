@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use keel_contracts::{Outcome, SandboxMode, SessionId, ToolCallId, ToolContext};
-use keel_mcp::{McpServerConfig, McpServers, ServerState, StartOptions};
+use keel_mcp::{ElicitationPolicy, McpServerConfig, McpServers, ServerState, StartOptions};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
@@ -37,6 +37,8 @@ async fn main() -> ExitCode {
         workspace: std::env::temp_dir(),
         inherited_env: BTreeMap::new(),
         bearer_tokens: Default::default(),
+        // The suite's answers are the defaults it offers (as under `--approval auto`).
+        elicitation: ElicitationPolicy::AcceptDefaults,
     };
     let servers = McpServers::start(vec![spec], options).await;
     let mut ok = true;
@@ -64,6 +66,10 @@ async fn main() -> ExitCode {
         eprintln!("{} {arguments} -> {:?}: {}", tool.spec().name, output.outcome, output.content);
         ok &= output.outcome == Outcome::Ok;
     }
+    for asked in servers.elicitations() {
+        eprintln!("elicitation: {asked:?}");
+    }
+    servers.close().await;
     drop(servers);
     let _ = std::fs::remove_dir_all(&scratch);
     if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }

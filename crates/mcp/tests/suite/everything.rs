@@ -67,3 +67,33 @@ async fn a_long_running_operation_times_out_in_time_and_the_server_stays_usable(
     assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
     assert_eq!(unfence(&output.content, "mcp__everything__echo"), "Echo: after");
 }
+
+#[tokio::test]
+async fn elicitation_is_declined_with_a_reason_and_kept_and_sampling_is_not_offered() {
+    for (policy, reason_names) in [
+        (keel_mcp::ElicitationPolicy::Decline, "--approval auto"),
+        // server-everything requires `name`, which has no default.
+        (keel_mcp::ElicitationPolicy::AcceptDefaults, "name"),
+    ] {
+        let scratch = Scratch::new();
+        let mut options = scratch.options();
+        options.elicitation = policy;
+        let spec = super::support::spec("everything", &everything_stdio(""));
+        let servers = keel_mcp::McpServers::start(vec![spec], options).await;
+        let names = names(&servers);
+        // keel offers no sampling, so the server offers no sampling tool.
+        assert!(!names.iter().any(|name| name.contains("sampling")), "{names:?}");
+        let output =
+            call(&servers, "mcp__everything__trigger-elicitation-request", serde_json::json!({}))
+                .await;
+        assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
+        let text = unfence(&output.content, "mcp__everything__trigger-elicitation-request");
+        assert!(text.contains("declined"), "{text}");
+        let asked = servers.elicitations();
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert_eq!((asked[0].server.as_str(), asked[0].action), ("everything", "decline"));
+        assert!(asked[0].message.contains("Please provide inputs"), "{asked:?}");
+        let reason = asked[0].reason.as_deref().unwrap_or_default();
+        assert!(reason.contains(reason_names), "{policy:?}: {reason}");
+    }
+}

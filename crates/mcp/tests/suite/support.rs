@@ -71,6 +71,7 @@ impl Scratch {
                 .filter(|(name, _)| INHERITED_ENV_VARS.iter().any(|allowed| name == allowed))
                 .collect(),
             bearer_tokens: Default::default(),
+            elicitation: Default::default(),
         }
     }
 
