@@ -668,7 +668,11 @@ fn client_mcp_server(
     if clean.is_empty() {
         return Err(invalid_params("an MCP server needs a name of letters or digits"));
     }
-    Ok((format!("acp_{clean}"), config))
+    let name = format!("acp_{clean}");
+    // A server keel cannot serve as declared (a header that is not valid HTTP, say) is
+    // refused here, not dropped later.
+    config.validate(&name).map_err(|error| invalid_params(error.to_string()))?;
+    Ok((name, config))
 }
 
 /// The observer of a session's runs: each durable event, rendered, to the client.
