@@ -11,7 +11,9 @@ use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
 use rmcp::{Peer, RoleClient, ServiceExt};
 
 use crate::client::KeelClient;
@@ -99,8 +101,13 @@ impl Connection {
                 })?;
                 let session_lost = client.session_lost();
                 let transport = StreamableHttpClientTransport::with_client(client, config);
-                let service =
-                    handler.clone().serve(transport).await.map_err(|e| initialize_error(&e))?;
+                let service = handler.clone().serve(transport).await.map_err(|error| {
+                    if needs_authorization(&error) {
+                        ConnectError::AuthorizationRequired
+                    } else {
+                        initialize_error(&error)
+                    }
+                })?;
                 Ok(Connection::new(service, None, Some(session_lost)))
             }
         }
@@ -173,6 +180,25 @@ fn header_map(headers: &HttpHeaders) -> Result<HashMap<HeaderName, HeaderValue>,
         map.insert(name, value);
     }
     Ok(map)
+}
+
+/// Whether the handshake failed because the server wants authorization (HTTP 401 with a
+/// `WWW-Authenticate` challenge, or 403 for a missing scope).
+fn needs_authorization(error: &ClientInitializeError) -> bool {
+    let ClientInitializeError::TransportError { error, .. } = error else { return false };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error.error.as_ref());
+    while let Some(current) = cause {
+        if let Some(http) = current.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+            && matches!(
+                http,
+                StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_)
+            )
+        {
+            return true;
+        }
+        cause = current.source();
+    }
+    false
 }
 
 /// A handshake error for humans: a transport failure as `what was being done: cause: ...`

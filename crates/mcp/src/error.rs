@@ -136,6 +136,14 @@ pub enum ConnectError {
         /// The variable's name.
         variable: String,
     },
+    /// The server answered 401 (or 403 for a scope): it wants an authorization keel
+    /// cannot give it.
+    #[error(
+        "the server requires authorization (HTTP 401/403); keel cannot log in to MCP servers \
+         with OAuth yet: if the server accepts a token, set `bearer_token_env` (or `headers`) \
+         in your own config"
+    )]
+    AuthorizationRequired,
     /// `tools/list` failed.
     #[error("tools/list failed: {message}{}", tail(stderr_tail))]
     ListTools {

@@ -296,3 +296,34 @@ async fn a_missing_bearer_token_variable_is_named_and_nothing_is_sent() {
     assert!(reason.contains("KEEL_MCP_TEST_UNSET_TOKEN"), "{reason}");
     assert!(relay.heads().is_empty(), "{:?}", relay.heads());
 }
+
+#[tokio::test]
+async fn a_server_that_wants_a_login_is_reported_as_such() {
+    use std::io::{Read as _, Write as _};
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(300)));
+            let mut buffer = [0u8; 8192];
+            let _ = stream.read(&mut buffer);
+            let _ = stream.write_all(
+                format!(
+                    "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer resource_metadata=\
+                     \"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp\"\r\n\
+                     content-length: 0\r\nconnection: close\r\n\r\n"
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    let scratch = Scratch::new();
+    let config = format!("url = \"http://127.0.0.1:{port}/mcp\"\nstartup_timeout_ms = 10000");
+    let servers = scratch.start(&[("locked", &config)]).await;
+    let ServerState::Failed { reason } = &servers.statuses()[0].state else {
+        panic!("{:?}", servers.statuses());
+    };
+    assert!(reason.contains("requires authorization"), "{reason}");
+    assert!(reason.contains("bearer_token_env"), "{reason}");
+}
