@@ -15,6 +15,8 @@ pub struct McpTool {
     server: Arc<ServerHandle>,
     /// The tool's `outputSchema`, which its `structuredContent` must match.
     output_schema: Option<serde_json::Value>,
+    /// keel's own `read_resource` tool of the server, not one of the server's tools.
+    reads_resources: bool,
 }
 
 impl McpTool {
@@ -24,7 +26,16 @@ impl McpTool {
         server: Arc<ServerHandle>,
         output_schema: Option<serde_json::Value>,
     ) -> McpTool {
-        McpTool { spec, info, server, output_schema }
+        McpTool { spec, info, server, output_schema, reads_resources: false }
+    }
+
+    /// keel's `mcp__<server>__read_resource`: `resources/read` of one URI on the server.
+    pub(crate) fn read_resource(
+        spec: ToolSpec,
+        info: McpToolInfo,
+        server: Arc<ServerHandle>,
+    ) -> McpTool {
+        McpTool { spec, info, server, output_schema: None, reads_resources: true }
     }
 
     /// What `keel mcp list` shows about it.
@@ -47,6 +58,9 @@ impl Tool for McpTool {
     ///
     /// Dropping the future sends `notifications/cancelled` for the call in flight.
     async fn invoke(&self, _context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput {
+        if self.reads_resources {
+            return self.server.read_resource(&self.spec.name, arguments).await;
+        }
         self.server
             .call(&self.spec.name, &self.info.server_tool, arguments, self.output_schema.as_ref())
             .await
