@@ -36,6 +36,8 @@ pub(crate) struct Connection {
     service: tokio::sync::Mutex<RunningService<RoleClient, KeelClient>>,
     /// HTTP: set when the server refused the session (see [`KeelHttpClient`]).
     session_lost: Option<Arc<AtomicBool>>,
+    /// HTTP: the last failed POST (see [`KeelHttpClient::last_error`]).
+    last_http_error: Option<Arc<std::sync::Mutex<Option<String>>>>,
     // Dropped after `service`, so the transport closes before the group is killed.
     child: Option<ChildGuard>,
 }
@@ -80,7 +82,7 @@ impl Connection {
                         return Err(initialize_error(&error));
                     }
                 };
-                Ok(Connection::new(service, Some(child), None))
+                Ok(Connection::new(service, Some(child), None, None))
             }
             TransportSpec::Http { url, headers, bearer_token_env } => {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
@@ -100,6 +102,7 @@ impl Connection {
                     stderr_tail: Vec::new(),
                 })?;
                 let session_lost = client.session_lost();
+                let last_error = client.last_error();
                 let transport = StreamableHttpClientTransport::with_client(client, config);
                 let service = handler.clone().serve(transport).await.map_err(|error| {
                     if needs_authorization(&error) {
@@ -108,7 +111,7 @@ impl Connection {
                         initialize_error(&error)
                     }
                 })?;
-                Ok(Connection::new(service, None, Some(session_lost)))
+                Ok(Connection::new(service, None, Some(session_lost), Some(last_error)))
             }
         }
     }
@@ -117,13 +120,20 @@ impl Connection {
         service: RunningService<RoleClient, KeelClient>,
         child: Option<ChildGuard>,
         session_lost: Option<Arc<AtomicBool>>,
+        last_http_error: Option<Arc<std::sync::Mutex<Option<String>>>>,
     ) -> Connection {
         Connection {
             peer: service.peer().clone(),
             service: tokio::sync::Mutex::new(service),
             session_lost,
+            last_http_error,
             child,
         }
+    }
+
+    /// HTTP: how the last failed request failed (`HTTP 500 ...`), if one did.
+    pub(crate) fn last_http_error(&self) -> Option<String> {
+        self.last_http_error.as_ref()?.lock().ok()?.clone()
     }
 
     /// Whether an HTTP server refused this connection's session: requests it refused

@@ -12,8 +12,8 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
@@ -32,6 +32,9 @@ pub(crate) struct KeelHttpClient {
     /// Set once the server refused a request for its session (404, or an id-less error
     /// about the session): that request never ran, so it may be sent again on a new one.
     session_lost: Arc<AtomicBool>,
+    /// The last failed POST, for humans (`HTTP 500 ...`): rmcp ends the session on it and
+    /// keeps only "closed".
+    last_error: Arc<Mutex<Option<String>>>,
 }
 
 impl KeelHttpClient {
@@ -45,7 +48,12 @@ impl KeelHttpClient {
     /// reqwest's, when its TLS setup fails.
     pub(crate) fn new() -> Result<KeelHttpClient, reqwest::Error> {
         let inner = reqwest::Client::builder().pool_max_idle_per_host(0).build()?;
-        Ok(KeelHttpClient { inner, session_lost: Arc::default() })
+        Ok(KeelHttpClient { inner, session_lost: Arc::default(), last_error: Arc::default() })
+    }
+
+    /// Where the last failed POST is described.
+    pub(crate) fn last_error(&self) -> Arc<Mutex<Option<String>>> {
+        self.last_error.clone()
     }
 
     /// The flag set when the server refuses keel's session.
@@ -109,6 +117,10 @@ impl StreamableHttpClient for KeelHttpClient {
         };
         if matches!(answer, Err(StreamableHttpError::SessionExpired)) {
             self.session_lost.store(true, Ordering::SeqCst);
+        }
+        if let Ok(mut last) = self.last_error.lock() {
+            *last =
+                answer.as_ref().err().map(|error| error.to_string().chars().take(300).collect());
         }
         answer
     }

@@ -534,6 +534,16 @@ impl ServerHandle {
             Ok(Err(error)) if lost_connection(&error) || !connection.is_alive() => {
                 let status = connection.exit_status().await;
                 self.discard(&connection).await;
+                if status.is_none()
+                    && let Some(http) = connection.last_http_error()
+                {
+                    // The HTTP error text may quote the server's body: its words, fenced.
+                    return ToolOutput::error(format!(
+                        "error: the request to MCP server '{server}' failed; a new session is \
+                         started on next use:\n{}",
+                        fence_untrusted(source, &http)
+                    ));
+                }
                 let how = match status {
                     Some(status) => format!("exited ({status})"),
                     None => "closed the connection".to_owned(),

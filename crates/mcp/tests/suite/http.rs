@@ -327,3 +327,84 @@ async fn a_server_that_wants_a_login_is_reported_as_such() {
     assert!(reason.contains("requires authorization"), "{reason}");
     assert!(reason.contains("bearer_token_env"), "{reason}");
 }
+
+/// A minimal streamable HTTP MCP server on loopback that answers `tools/call` with
+/// `500 text/plain` (one thread per connection, `Connection: close`).
+fn failing_http_server() -> u16 {
+    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut request_line = String::new();
+                let _ = reader.read_line(&mut request_line);
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                let message: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let (status, kind, text) = match message["method"].as_str() {
+                    _ if !request_line.starts_with("POST") => {
+                        ("405 Method Not Allowed", "text/plain", String::new())
+                    }
+                    Some("initialize") => (
+                        "200 OK",
+                        "application/json",
+                        serde_json::json!({
+                        "jsonrpc": "2.0", "id": message["id"], "result": {
+                            "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                            "serverInfo": {"name": "failing", "version": "0"}}})
+                        .to_string(),
+                    ),
+                    Some("tools/list") => (
+                        "200 OK",
+                        "application/json",
+                        serde_json::json!({
+                        "jsonrpc": "2.0", "id": message["id"], "result": {"tools": [
+                            {"name": "boom", "inputSchema": {"type": "object"}}]}})
+                        .to_string(),
+                    ),
+                    Some("tools/call") => {
+                        ("500 Internal Server Error", "text/plain", "kaboom".to_owned())
+                    }
+                    _ => ("202 Accepted", "text/plain", String::new()),
+                };
+                let mut stream = stream;
+                let _ = stream.write_all(
+                    format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\
+                         mcp-session-id: s1\r\nconnection: close\r\n\r\n{text}",
+                        text.len()
+                    )
+                    .as_bytes(),
+                );
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn an_http_error_on_a_call_ends_that_call_at_once_with_its_status() {
+    let port = failing_http_server();
+    let scratch = Scratch::new();
+    let config = format!("url = \"http://127.0.0.1:{port}/mcp\"\ntool_timeout_ms = 60000");
+    let servers = scratch.start(&[("failing", &config)]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    let started = Instant::now();
+    let output = call(&servers, "mcp__failing__boom", serde_json::json!({})).await;
+    assert_eq!(output.outcome, Outcome::Error, "{}", output.content);
+    assert!(output.content.contains("500"), "{}", output.content);
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+}
