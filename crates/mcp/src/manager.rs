@@ -17,7 +17,7 @@ use crate::connection::Connection;
 use crate::error::ConnectError;
 use crate::naming::keel_tool_name;
 use crate::result::render;
-use crate::stdio::ServerLog;
+use crate::stdio::{ServerLog, TASK_REQUIRED_META};
 use crate::tool::McpTool;
 
 /// Environment variables a stdio server inherits from keel; everything else it gets from
@@ -283,6 +283,13 @@ async fn start_one(
     }
     for listed_tool in &listed {
         let server_tool = listed_tool.name.to_string();
+        if listed_tool.meta.as_ref().is_some_and(|meta| meta.0.contains_key(TASK_REQUIRED_META)) {
+            status.notes.push(format!(
+                "tool '{server_tool}' left out: it can only run as a task (taskSupport = \
+                 required), which keel does not support yet"
+            ));
+            continue;
+        }
         let name = keel_tool_name(&server.spec.name, &server_tool);
         if !names.insert(name.clone()) {
             status.notes.push(format!(

@@ -256,7 +256,7 @@ async fn filter_stdout(stdout: ChildStdout, mut sink: DuplexStream, log: Arc<Ser
             }
             continue;
         };
-        let replaced = known_blocks_only(message);
+        let replaced = known_blocks_only(message).or_else(|| mark_task_only_tools(message));
         let message = replaced.as_deref().unwrap_or(message);
         if sink.write_all(message).await.is_err() || sink.write_all(b"\n").await.is_err() {
             break;
@@ -287,6 +287,31 @@ fn known_blocks_only(message: &[u8]) -> Option<Vec<u8>> {
                 "type": "text",
                 "text": format!("[a content block of unknown type '{name}' left out]"),
             });
+            changed = true;
+        }
+    }
+    changed.then(|| value.to_string().into_bytes())
+}
+
+/// The `_meta` key that marks a listed tool as requiring task augmentation (rmcp's tool type
+/// has no `execution` field, so the mark travels in `_meta`, which it keeps).
+pub(crate) const TASK_REQUIRED_META: &str = "keel/taskSupportRequired";
+
+/// A `tools/list` result whose tools say `execution.taskSupport = "required"`: each such
+/// tool gets [`TASK_REQUIRED_META`] in its `_meta`, so the manager can leave it out.
+fn mark_task_only_tools(message: &[u8]) -> Option<Vec<u8>> {
+    if !message.windows(13).any(|w| w == b"\"taskSupport\"") {
+        return None;
+    }
+    let mut value: serde_json::Value = serde_json::from_slice(message).ok()?;
+    let tools = value.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
+    let mut changed = false;
+    for tool in tools.iter_mut() {
+        if tool["execution"]["taskSupport"] == "required" {
+            if !tool["_meta"].is_object() {
+                tool["_meta"] = serde_json::json!({});
+            }
+            tool["_meta"][TASK_REQUIRED_META] = serde_json::Value::Bool(true);
             changed = true;
         }
     }

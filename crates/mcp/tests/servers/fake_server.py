@@ -41,6 +41,8 @@ TOOLS = [
      "inputSchema": {"type": "object", "properties": {"bad": {"type": "boolean"}}},
      "outputSchema": {"type": "object", "properties": {"sum": {"type": "number"}},
                       "required": ["sum"]}},
+    {"name": "background", "description": "Runs only as a task.",
+     "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}},
 ]
 
 def send(message, bom=False):

@@ -83,6 +83,12 @@ async fn tools_list_follows_next_cursor() {
             "mcp__fake__structured",
         ]
     );
+    // A tool that can only run as a task is left out, with a note.
+    assert!(
+        servers.statuses()[0].notes.iter().any(|note| note.contains("'background' left out")),
+        "{:?}",
+        servers.statuses()[0].notes
+    );
     let log = scratch.log("fake");
     for cursor in ["None", "2", "4", "6", "8", "10"] {
         assert!(log.contains(&format!("tools/list cursor={cursor}\n")), "{log}");
