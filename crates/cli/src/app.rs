@@ -83,8 +83,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Schedule { command } => crate::schedule::command(command).await,
         Command::Wake { wake_id, payload, options } => wake(&wake_id, payload, options).await,
-        Command::Mcp { command: McpCommand::List { workspace } } => {
-            mcp::list(workspace.as_deref()).await
+        Command::Mcp { command: McpCommand::List { workspace, json } } => {
+            mcp::list(workspace.as_deref(), json).await
         }
         Command::Serve {
             listen,
@@ -251,7 +251,7 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let prepared =
         root::prepare(&home, &workspace, &settings(&options), None, &store, terminal_person())?;
     let task = read_task(task)?;
-    let Assembly { kernel, resolved, outbox, mcp: _mcp } =
+    let Assembly { kernel, resolved, outbox, mcp } =
         root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
     root::check_tool_names(&kernel, &resolved.envelope)?;
     root::repair(&kernel).await;
@@ -267,6 +267,7 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let cancel = cancel_on_ctrl_c();
     let report = kernel.run_turn(session_id, &task, &resolved.run, &cancel).await;
     outbox.finish().await;
+    mcp.close().await;
     let report = report?;
     let structured = options.output_schema.is_some();
     let code =
@@ -348,7 +349,7 @@ async fn resume(
         &store,
         terminal_person(),
     )?;
-    let Assembly { kernel, resolved, outbox, mcp: _mcp } =
+    let Assembly { kernel, resolved, outbox, mcp } =
         root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
     let cancel = cancel_on_ctrl_c();
     let task = if approve_plan {
@@ -377,6 +378,7 @@ async fn resume(
         }
     };
     outbox.finish().await;
+    mcp.close().await;
     let structured = options.output_schema.is_some();
     Ok(output::finish(&report?, options.format(), shows_view(&options), started_at, structured))
 }
@@ -431,12 +433,13 @@ async fn wake(wake_id: &str, payload: Option<String>, options: RunOptions) -> an
         &store,
         terminal_person(),
     )?;
-    let Assembly { kernel, resolved, outbox, mcp: _mcp } =
+    let Assembly { kernel, resolved, outbox, mcp } =
         root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
     let cancel = cancel_on_ctrl_c();
     let answer = keel_host::schedule::answer_of(&stored);
     let report = kernel.wake(session_id, wake_id, &answer, &resolved.run, &cancel).await;
     outbox.finish().await;
+    mcp.close().await;
     let report = report.map_err(|error| match error {
         keel_kernel::KernelError::NotWaiting { .. } | keel_kernel::KernelError::Sealed(_) => {
             usage(error.to_string())
@@ -471,11 +474,12 @@ async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> an
         &store,
         terminal_person(),
     )?;
-    let Assembly { kernel, resolved, outbox, mcp: _mcp } =
+    let Assembly { kernel, resolved, outbox, mcp } =
         root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
     let cancel = cancel_on_ctrl_c();
     let compacted = kernel.compact_session(session_id, &resolved.run, &cancel).await;
     outbox.finish().await;
+    mcp.close().await;
     match compacted {
         Ok(Some((before, after))) => {
             eprintln!("keel: compacted session {session_id}: ~{before} → ~{after} tokens");

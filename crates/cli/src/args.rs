@@ -291,6 +291,9 @@ pub(crate) enum McpCommand {
         /// Workspace whose .keel/config.toml is merged (default: the current directory).
         #[arg(short = 'C', long = "workspace", value_name = "DIR")]
         workspace: Option<PathBuf>,
+        /// Print one JSON object (`servers`, `tool_count`, `notes`) instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -352,6 +352,12 @@ pub fn load(home: &Path, workspace: &Path) -> anyhow::Result<Loaded> {
                     "it marks the server `trusted` or a tool `access = \"read\"`: a workspace \
                      config cannot skip consent",
                 );
+            } else if server.sends_credentials() {
+                loaded.ignore(
+                    key,
+                    "it sets `headers` or `bearer_token_env`: a workspace config cannot send \
+                     your credentials to a server it chooses",
+                );
             } else {
                 loaded.config.mcp_servers.insert(name, server);
                 loaded.set_origin(&key, &label);

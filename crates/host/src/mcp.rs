@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use keel_contracts::{Tool, UNTRUSTED_POLICY};
 use keel_kernel::Instruction;
-use keel_mcp::{INHERITED_ENV_VARS, McpServers, ServerState, StartOptions};
+use keel_mcp::{
+    BearerTokens, ElicitationPolicy, INHERITED_ENV_VARS, McpServers, ServerState, StartOptions,
+};
 
 use crate::config::ConfigFile;
 use crate::root::usage;
@@ -32,18 +34,23 @@ impl Started {
     }
 }
 
-/// Starts every server in `config` (logs under `KEEL_HOME/logs`).
+/// Starts every server in `config` (logs under `KEEL_HOME/logs`). Servers' questions
+/// (`elicitation/create`) are answered by `elicitation`.
 pub async fn start(
     config: &ConfigFile,
     home: &Path,
     workspace: &Path,
     warn: bool,
+    elicitation: ElicitationPolicy,
 ) -> anyhow::Result<Started> {
     let mut specs = Vec::new();
     for (name, server) in &config.mcp_servers {
         specs.push(server.validate(name).map_err(|error| usage(format!("config: {error}")))?);
     }
+    let bearer_tokens = BearerTokens::from_env(&specs);
     let options = StartOptions {
+        bearer_tokens,
+        elicitation,
         log_dir: home.join("logs"),
         workspace: workspace.to_path_buf(),
         inherited_env: std::env::vars_os()
@@ -65,6 +72,16 @@ pub async fn start(
 }
 
 impl Started {
+    /// Ends every server's session (an HTTP server's with `DELETE`), each within a few
+    /// seconds; see [`McpServers::close`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the remaining sessions closing in the background.
+    pub async fn close(&self) {
+        self.servers.close().await;
+    }
+
     /// Each server's state, tools and notes (what `keel mcp list` prints).
     pub fn statuses(&self) -> &[keel_mcp::ServerStatus] {
         self.servers.statuses()

@@ -721,7 +721,12 @@ pub async fn assemble(
 ) -> anyhow::Result<Assembly> {
     let Prepared { config, mut resolved } = prepared;
     let outbox = crate::outbox::start(&config, home, store.clone())?;
-    let mcp = mcp::start(&config, home, workspace, true).await?;
+    // With no one to ask, `--approval auto` answers a server's form with its defaults.
+    let elicitation = match resolved.run.approval {
+        ApprovalMode::Auto => keel_mcp::ElicitationPolicy::AcceptDefaults,
+        _ => keel_mcp::ElicitationPolicy::Decline,
+    };
+    let mcp = mcp::start(&config, home, workspace, true, elicitation).await?;
     resolved.run.instructions.splice(0..0, mcp.policy_instruction());
     let kernel = build_kernel(store, &resolved, observer, &mcp, &outbox)?;
     Ok(Assembly { kernel, resolved, outbox, mcp })

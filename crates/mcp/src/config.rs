@@ -44,6 +44,14 @@ pub struct McpServerConfig {
     pub cwd: Option<PathBuf>,
     /// The endpoint of a streamable HTTP server (`http://` or `https://`).
     pub url: Option<String>,
+    /// HTTP headers sent with every request to a URL server, as written (`Debug` shows
+    /// their names only).
+    #[serde(default, skip_serializing_if = "HttpHeaders::is_empty")]
+    pub headers: HttpHeaders,
+    /// The environment variable that holds a bearer token for a URL server, sent as
+    /// `Authorization: Bearer <token>`. The token is read when the server is connected and
+    /// is never stored, shown or logged.
+    pub bearer_token_env: Option<String>,
     /// Start-up budget: spawn or connect, initialize, list tools.
     pub startup_timeout_ms: Option<u64>,
     /// Budget for one tool call; on expiry the call is cancelled at the server.
@@ -54,6 +62,25 @@ pub struct McpServerConfig {
     /// Per-tool declarations, keyed by the server's own tool name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tools: BTreeMap<String, ToolDeclaration>,
+}
+
+/// `headers = {...}` of a URL server: header names to values. The values may be secrets
+/// (`X-Api-Key`), so `Debug` prints the names only.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct HttpHeaders(pub BTreeMap<String, String>);
+
+impl HttpHeaders {
+    /// Whether no header is set.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for HttpHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.0.keys().map(|name| (name, "<redacted>"))).finish()
+    }
 }
 
 /// `[mcp_servers.NAME.tools.TOOL]`: the user's declaration of one tool's access.
@@ -102,6 +129,10 @@ pub enum TransportSpec {
     Http {
         /// The endpoint URL.
         url: String,
+        /// Headers sent with every request (names checked to be valid HTTP).
+        headers: HttpHeaders,
+        /// The environment variable holding the bearer token, if any.
+        bearer_token_env: Option<String>,
     },
 }
 
@@ -125,7 +156,7 @@ impl TransportSpec {
                 }
                 line
             }
-            TransportSpec::Http { url } => format!("http: {url}"),
+            TransportSpec::Http { url, .. } => format!("http: {url}"),
         }
     }
 }
@@ -148,6 +179,13 @@ impl McpServerConfig {
             (None, None) => return Err(ConfigError::NoTransport { server: server() }),
             (Some(_), Some(_)) => return Err(ConfigError::BothTransports { server: server() }),
             (Some(command), None) => {
+                let http_only = [
+                    ("headers", !self.headers.is_empty()),
+                    ("bearer_token_env", self.bearer_token_env.is_some()),
+                ];
+                if let Some((key, _)) = http_only.iter().find(|(_, set)| *set) {
+                    return Err(ConfigError::HttpOnlyKey { server: server(), key });
+                }
                 if command.trim().is_empty() {
                     return Err(ConfigError::EmptyCommand { server: server() });
                 }
@@ -174,7 +212,31 @@ impl McpServerConfig {
                 if !scheme_ok {
                     return Err(ConfigError::InvalidUrl { server: server(), url: url.clone() });
                 }
-                TransportSpec::Http { url: url.clone() }
+                for (header, value) in &self.headers.0 {
+                    let valid = reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_ok()
+                        && reqwest::header::HeaderValue::from_str(value).is_ok();
+                    if !valid {
+                        return Err(ConfigError::InvalidHeader {
+                            server: server(),
+                            header: header.clone(),
+                        });
+                    }
+                }
+                if let Some(variable) = &self.bearer_token_env {
+                    let valid = !variable.is_empty()
+                        && variable.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                    if !valid {
+                        return Err(ConfigError::InvalidTokenVariable {
+                            server: server(),
+                            variable: variable.clone(),
+                        });
+                    }
+                }
+                TransportSpec::Http {
+                    url: url.clone(),
+                    headers: self.headers.clone(),
+                    bearer_token_env: self.bearer_token_env.clone(),
+                }
             }
         };
         let timeout = |value: Option<u64>, key: &'static str, default: Duration| match value {
@@ -204,6 +266,13 @@ impl McpServerConfig {
     /// which comes with the repository and can only narrow.
     pub fn relaxes_consent(&self) -> bool {
         self.trusted || self.tools.values().any(|tool| tool.access == Access::Read)
+    }
+
+    /// Whether this table sends credentials: `headers` or `bearer_token_env`. A composition
+    /// root refuses such tables from a workspace file: the repository chooses the URL, so a
+    /// token read from the user's environment would go wherever the repository says.
+    pub fn sends_credentials(&self) -> bool {
+        !self.headers.is_empty() || self.bearer_token_env.is_some()
     }
 }
 
@@ -254,7 +323,11 @@ mod tests {
         let remote = servers["remote"].validate("remote").unwrap();
         assert_eq!(
             remote.transport,
-            TransportSpec::Http { url: "http://127.0.0.1:3001/mcp".into() }
+            TransportSpec::Http {
+                url: "http://127.0.0.1:3001/mcp".into(),
+                headers: HttpHeaders::default(),
+                bearer_token_env: None,
+            }
         );
         assert!(!servers["remote"].relaxes_consent());
     }
@@ -318,6 +391,41 @@ mod tests {
         for (name, text, expected) in cases {
             assert_eq!(server(text).validate(name), Err(expected), "{text}");
         }
+        let more: Vec<(&str, ConfigError)> = vec![
+            (
+                "command = \"x\"\nbearer_token_env = \"T\"",
+                ConfigError::HttpOnlyKey { server: "s".into(), key: "bearer_token_env" },
+            ),
+            (
+                "command = \"x\"\nheaders = { X-A = \"1\" }",
+                ConfigError::HttpOnlyKey { server: "s".into(), key: "headers" },
+            ),
+            (
+                "url = \"http://h/mcp\"\nheaders = { \"bad name\" = \"1\" }",
+                ConfigError::InvalidHeader { server: "s".into(), header: "bad name".into() },
+            ),
+            (
+                "url = \"http://h/mcp\"\nheaders = { X-A = \"line\\nbreak\" }",
+                ConfigError::InvalidHeader { server: "s".into(), header: "X-A".into() },
+            ),
+            (
+                "url = \"http://h/mcp\"\nbearer_token_env = \"$HOME\"",
+                ConfigError::InvalidTokenVariable { server: "s".into(), variable: "$HOME".into() },
+            ),
+        ];
+        for (text, expected) in more {
+            assert_eq!(server(text).validate("s"), Err(expected), "{text}");
+        }
+        let remote = server(
+            "url = \"http://h/mcp\"\nbearer_token_env = \"MY_TOKEN\"\nheaders = { X-Api-Key = \"k3y-value\" }",
+        );
+        assert!(remote.sends_credentials());
+        assert!(!remote.relaxes_consent());
+        let spec = remote.validate("s").unwrap();
+        // Header values never show in Debug output (errors, logs).
+        assert!(!format!("{spec:?}").contains("k3y-value"), "{spec:?}");
+        assert!(!format!("{remote:?}").contains("k3y-value"), "{remote:?}");
+        assert!(format!("{spec:?}").contains("X-Api-Key"), "{spec:?}");
         let ok = server("command = \"x\"\ntool_timeout_ms = 250");
         assert_eq!(ok.validate("s").unwrap().tool_timeout, Duration::from_millis(250));
         for bad_name in ["", "a b", "a.b", "a__b", "ü"] {

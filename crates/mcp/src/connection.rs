@@ -1,27 +1,43 @@
 //! One live MCP session with a server: rmcp's client service over stdio or streamable
 //! HTTP, and for stdio the child process it talks to.
 
+use std::collections::HashMap;
 use std::process::ExitStatus;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
 use rmcp::{Peer, RoleClient, ServiceExt};
 
-use crate::config::{ServerSpec, TransportSpec};
+use crate::client::KeelClient;
+use crate::config::{HttpHeaders, ServerSpec, TransportSpec};
 use crate::error::ConnectError;
+use crate::http::KeelHttpClient;
 use crate::manager::StartOptions;
 use crate::stdio::{self, ChildGuard, Launch, ServerLog};
 
 /// How long a crashed server is given to be reaped, to report its exit status.
 const EXIT_STATUS_WAIT: Duration = Duration::from_millis(500);
 
+/// How long closing a session may take (an HTTP session's DELETE included).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// An initialized client session.
 #[derive(Debug)]
 pub(crate) struct Connection {
-    service: RunningService<RoleClient, ClientConfig>,
+    peer: Peer<RoleClient>,
+    service: tokio::sync::Mutex<RunningService<RoleClient, KeelClient>>,
+    /// HTTP: set when the server refused the session (see [`KeelHttpClient`]).
+    session_lost: Option<Arc<AtomicBool>>,
+    /// HTTP: the last failed POST (see [`KeelHttpClient::last_error`]).
+    last_http_error: Option<Arc<std::sync::Mutex<Option<String>>>>,
     // Dropped after `service`, so the transport closes before the group is killed.
     child: Option<ChildGuard>,
 }
@@ -33,6 +49,7 @@ impl Connection {
         spec: &ServerSpec,
         options: &StartOptions,
         log: Option<&Arc<ServerLog>>,
+        handler: &KeelClient,
     ) -> Result<Connection, ConnectError> {
         let tail = || log.map(|log| log.tail()).unwrap_or_default();
         let initialize_error = |error: &ClientInitializeError| ConnectError::Initialize {
@@ -57,7 +74,7 @@ impl Connection {
                 };
                 let spawned = stdio::spawn(&launch, log)?;
                 let child = spawned.child;
-                let service = match client_info().serve((spawned.stdout, spawned.stdin)).await {
+                let service = match handler.clone().serve((spawned.stdout, spawned.stdin)).await {
                     Ok(service) => service,
                     Err(error) => {
                         // Let stderr drain so the report says why the server died.
@@ -65,27 +82,89 @@ impl Connection {
                         return Err(initialize_error(&error));
                     }
                 };
-                Ok(Connection { service, child: Some(child) })
+                Ok(Connection::new(service, Some(child), None, None))
             }
-            TransportSpec::Http { url } => {
-                let transport = StreamableHttpClientTransport::from_uri(url.as_str());
-                let service =
-                    client_info().serve(transport).await.map_err(|e| initialize_error(&e))?;
-                Ok(Connection { service, child: None })
+            TransportSpec::Http { url, headers, bearer_token_env } => {
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .reinit_on_expired_session(true)
+                    .custom_headers(header_map(headers)?);
+                if let Some(variable) = bearer_token_env {
+                    let token = options
+                        .bearer_tokens
+                        .0
+                        .get(variable)
+                        .filter(|token| !token.is_empty())
+                        .ok_or_else(|| ConnectError::MissingToken { variable: variable.clone() })?;
+                    config = config.auth_header(token.clone());
+                }
+                let client = KeelHttpClient::new().map_err(|error| ConnectError::Initialize {
+                    message: format!("cannot set up the HTTP client: {error}"),
+                    stderr_tail: Vec::new(),
+                })?;
+                let session_lost = client.session_lost();
+                let last_error = client.last_error();
+                let transport = StreamableHttpClientTransport::with_client(client, config);
+                let service = handler.clone().serve(transport).await.map_err(|error| {
+                    if needs_authorization(&error) {
+                        ConnectError::AuthorizationRequired
+                    } else {
+                        initialize_error(&error)
+                    }
+                })?;
+                Ok(Connection::new(service, None, Some(session_lost), Some(last_error)))
             }
         }
     }
 
+    fn new(
+        service: RunningService<RoleClient, KeelClient>,
+        child: Option<ChildGuard>,
+        session_lost: Option<Arc<AtomicBool>>,
+        last_http_error: Option<Arc<std::sync::Mutex<Option<String>>>>,
+    ) -> Connection {
+        Connection {
+            peer: service.peer().clone(),
+            service: tokio::sync::Mutex::new(service),
+            session_lost,
+            last_http_error,
+            child,
+        }
+    }
+
+    /// HTTP: how the last failed request failed (`HTTP 500 ...`), if one did.
+    pub(crate) fn last_http_error(&self) -> Option<String> {
+        self.last_http_error.as_ref()?.lock().ok()?.clone()
+    }
+
+    /// Whether an HTTP server refused this connection's session: requests it refused
+    /// never ran, so a request that failed with the connection can be sent on a new one.
+    pub(crate) fn lost_its_session(&self) -> bool {
+        self.session_lost.as_ref().is_some_and(|lost| lost.load(Ordering::SeqCst))
+    }
+
     /// The peer to send requests to.
     pub(crate) fn peer(&self) -> &Peer<RoleClient> {
-        self.service.peer()
+        &self.peer
     }
 
     /// Whether requests can still be sent and answered.
     pub(crate) fn is_alive(&self) -> bool {
         let child_running =
             self.child.as_ref().is_none_or(|child| child.try_exit_status().is_none());
-        child_running && !self.service.is_closed() && !self.service.peer().is_transport_closed()
+        // A service being closed right now holds the lock: it is not alive.
+        let open = self.service.try_lock().is_ok_and(|service| !service.is_closed());
+        child_running && open && !self.peer.is_transport_closed()
+    }
+
+    /// Ends the session within a few seconds: for an HTTP server, rmcp's worker sends the
+    /// session's `DELETE` before it stops. Later requests fail as on a closed connection.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the session closing in the background.
+    pub(crate) async fn close(&self) {
+        let mut service = self.service.lock().await;
+        let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
     }
 
     /// For a stdio server that went away: its exit status, waiting briefly for it.
@@ -95,6 +174,41 @@ impl Connection {
             None => None,
         }
     }
+}
+
+/// The configured headers as reqwest's types (validated with the config already).
+fn header_map(headers: &HttpHeaders) -> Result<HashMap<HeaderName, HeaderValue>, ConnectError> {
+    let mut map = HashMap::new();
+    for (name, value) in &headers.0 {
+        let invalid = || ConnectError::Initialize {
+            message: format!("header '{name}' is not a valid HTTP header"),
+            stderr_tail: Vec::new(),
+        };
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+        let mut value = HeaderValue::from_str(value).map_err(|_| invalid())?;
+        value.set_sensitive(true);
+        map.insert(name, value);
+    }
+    Ok(map)
+}
+
+/// Whether the handshake failed because the server wants authorization (HTTP 401 with a
+/// `WWW-Authenticate` challenge, or 403 for a missing scope).
+fn needs_authorization(error: &ClientInitializeError) -> bool {
+    let ClientInitializeError::TransportError { error, .. } = error else { return false };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error.error.as_ref());
+    while let Some(current) = cause {
+        if let Some(http) = current.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+            && matches!(
+                http,
+                StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_)
+            )
+        {
+            return true;
+        }
+        cause = current.source();
+    }
+    false
 }
 
 /// A handshake error for humans: a transport failure as `what was being done: cause: ...`
@@ -118,10 +232,24 @@ fn describe(error: &ClientInitializeError) -> String {
     }
 }
 
-/// What keel tells servers about itself.
-fn client_info() -> ClientConfig {
-    ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("keel", env!("CARGO_PKG_VERSION")),
-    )
+/// The protocol version keel offers in `initialize`: the newest one that still has an
+/// `initialize` handshake. rmcp's `LATEST` (2026-07-28) dropped the handshake, so a client
+/// that names it in `initialize` offers something the server cannot answer in kind.
+pub(crate) const OFFERED_PROTOCOL_VERSION: ProtocolVersion =
+    ProtocolVersion::LATEST_WITH_INITIALIZE;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keel_offers_the_newest_version_that_has_an_initialize_handshake() {
+        let newest = ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .filter(|version| version.has_initialize())
+            .max_by(|a, b| a.as_str().cmp(b.as_str()))
+            .unwrap();
+        assert_eq!(&OFFERED_PROTOCOL_VERSION, newest);
+        assert_eq!(crate::client::client_info().protocol_version, OFFERED_PROTOCOL_VERSION);
+    }
 }

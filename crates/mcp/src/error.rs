@@ -41,6 +41,33 @@ pub enum ConfigError {
         /// `args`, `env` or `cwd`.
         key: &'static str,
     },
+    /// A key that only applies to a URL server is set on a stdio server.
+    #[error("mcp server '{server}': `{key}` applies only to a URL server (`url`)")]
+    HttpOnlyKey {
+        /// The server name.
+        server: String,
+        /// `headers` or `bearer_token_env`.
+        key: &'static str,
+    },
+    /// A `headers` entry is not a valid HTTP header (name or value).
+    #[error("mcp server '{server}': header '{header}' is not a valid HTTP header name and value")]
+    InvalidHeader {
+        /// The server name.
+        server: String,
+        /// The header name as written.
+        header: String,
+    },
+    /// `bearer_token_env` is not an environment variable name.
+    #[error(
+        "mcp server '{server}': bearer_token_env '{variable}' must be an environment variable \
+         name (letters, digits, '_')"
+    )]
+    InvalidTokenVariable {
+        /// The server name.
+        server: String,
+        /// The name as written.
+        variable: String,
+    },
     /// `url` is not an `http://` or `https://` URL.
     #[error("mcp server '{server}': url '{url}' must start with http:// or https://")]
     InvalidUrl {
@@ -103,6 +130,20 @@ pub enum ConnectError {
         /// The last lines the server wrote on stderr.
         stderr_tail: Vec<String>,
     },
+    /// The environment variable named by `bearer_token_env` is not set (or empty).
+    #[error("the environment variable {variable} (bearer_token_env) is not set")]
+    MissingToken {
+        /// The variable's name.
+        variable: String,
+    },
+    /// The server answered 401 (or 403 for a scope): it wants an authorization keel
+    /// cannot give it.
+    #[error(
+        "the server requires authorization (HTTP 401/403); keel cannot log in to MCP servers \
+         with OAuth yet: if the server accepts a token, set `bearer_token_env` (or `headers`) \
+         in your own config"
+    )]
+    AuthorizationRequired,
     /// `tools/list` failed.
     #[error("tools/list failed: {message}{}", tail(stderr_tail))]
     ListTools {

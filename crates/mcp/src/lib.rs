@@ -19,7 +19,14 @@
 //!   server's own `readOnlyHint` is shown, and counts only when the user marked the server
 //!   `trusted = true`. No MCP tool is intrinsic or first-party, so none runs in shadow mode.
 //! - **What a server says is fenced** ([`keel_contracts::fence_untrusted`]): every tool
-//!   result and server error text reaches the model inside untrusted-input markers.
+//!   result, server error text and tool description reaches the model inside
+//!   untrusted-input markers; content marked for the user only (`audience`) does not reach
+//!   it at all.
+//! - **A server's questions are answered by policy** ([`ElicitationPolicy`]): declined with
+//!   a reason unless `--approval auto` and every required field has a default; sampling is
+//!   refused. Answers are kept ([`McpServers::elicitations`]).
+//! - **Credentials stay out of sight:** `headers` values and bearer tokens
+//!   ([`BearerTokens`], read by the composition root) print as `<redacted>`.
 //! - **A call never hangs a run:** every call has a timeout; a timed-out or dropped call
 //!   sends `notifications/cancelled` to the server (rmcp's abandoned-request guard); a dead
 //!   server fails its pending calls at once.
@@ -33,9 +40,11 @@
 #![forbid(unsafe_code)]
 
 mod access;
+mod client;
 mod config;
 mod connection;
 mod error;
+mod http;
 mod manager;
 mod naming;
 mod result;
@@ -43,13 +52,15 @@ mod stdio;
 mod tool;
 
 pub use access::{AccessSource, DeclaredAccess, TransportKind, declare_access};
+pub use client::{Elicitation, ElicitationPolicy};
 pub use config::{
-    DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, McpServerConfig, ServerSpec, ToolDeclaration,
-    TransportSpec,
+    DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, HttpHeaders, McpServerConfig, ServerSpec,
+    ToolDeclaration, TransportSpec,
 };
 pub use error::{ConfigError, ConnectError};
 pub use manager::{
-    INHERITED_ENV_VARS, McpServers, McpToolInfo, ServerState, ServerStatus, StartOptions,
+    BearerTokens, INHERITED_ENV_VARS, McpServers, McpToolInfo, ServerState, ServerStatus,
+    StartOptions,
 };
 pub use naming::{MAX_TOOL_NAME_LEN, keel_tool_name};
 pub use tool::McpTool;

@@ -8,7 +8,15 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 /// blocks, the structured content as JSON. `isError: true` is [`Outcome::Error`].
 pub(crate) fn render(result: &CallToolResult) -> (Outcome, String) {
     let outcome = if result.is_error == Some(true) { Outcome::Error } else { Outcome::Ok };
-    let mut parts: Vec<String> = result.content.iter().map(render_block).collect();
+    let (for_model, user_only): (Vec<&ContentBlock>, Vec<&ContentBlock>) =
+        result.content.iter().partition(|block| !for_the_user_only(block));
+    let mut parts: Vec<String> = for_model.into_iter().map(render_block).collect();
+    if !user_only.is_empty() {
+        parts.push(format!(
+            "[{} content block(s) marked for the user only (audience: user) left out]",
+            user_only.len()
+        ));
+    }
     if parts.is_empty()
         && let Some(structured) = &result.structured_content
     {
@@ -18,6 +26,14 @@ pub(crate) fn render(result: &CallToolResult) -> (Outcome, String) {
         parts.push("(no content)".to_owned());
     }
     (outcome, parts.join("\n"))
+}
+
+/// Whether a block's `annotations.audience` names the user and not the assistant: such
+/// content is for the person, not the model.
+fn for_the_user_only(block: &ContentBlock) -> bool {
+    let Ok(value) = serde_json::to_value(block) else { return false };
+    let Some(audience) = value["annotations"]["audience"].as_array() else { return false };
+    audience.iter().any(|role| role == "user") && !audience.iter().any(|role| role == "assistant")
 }
 
 fn render_block(block: &ContentBlock) -> String {
@@ -112,6 +128,15 @@ mod tests {
                 "{\"sum\":3}",
             ),
             (serde_json::json!({"content": []}), Outcome::Ok, "(no content)"),
+            (
+                serde_json::json!({"content": [
+                    {"type": "text", "text": "for both", "annotations": {"audience": ["user", "assistant"]}},
+                    {"type": "text", "text": "secret plan", "annotations": {"audience": ["user"]}},
+                    {"type": "text", "text": "model", "annotations": {"audience": ["assistant"]}}
+                ]}),
+                Outcome::Ok,
+                "for both\nmodel\n[1 content block(s) marked for the user only (audience: user) left out]",
+            ),
         ];
         for (json, outcome, text) in cases {
             assert_eq!(render(&result(json.clone())), (outcome, text.to_owned()), "{json}");

@@ -224,7 +224,25 @@ async fn filter_stdout(stdout: ChildStdout, mut sink: DuplexStream, log: Arc<Ser
         }
         if !line.ends_with(b"\n") && line.len() as u64 == MAX_LINE_BYTES {
             log.note(&format!("skipped a stdout line longer than {MAX_LINE_BYTES} bytes"));
-            if !skip_rest_of_line(&mut reader).await {
+            let (complete, tail) = skip_rest_of_line(&mut reader).await;
+            // The answer is dropped; its request fails now instead of at its timeout.
+            if let Some(id) = leading_id(&line).or_else(|| trailing_id(&tail)) {
+                let error = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {
+                    "code": -32603,
+                    "message": format!(
+                        "the server's answer is larger than keel's limit of {} MiB and was \
+                         dropped",
+                        MAX_LINE_BYTES / (1024 * 1024)
+                    ),
+                }});
+                let text = error.to_string();
+                if sink.write_all(text.as_bytes()).await.is_err()
+                    || sink.write_all(b"\n").await.is_err()
+                {
+                    break;
+                }
+            }
+            if !complete {
                 break;
             }
             continue;
@@ -238,11 +256,66 @@ async fn filter_stdout(stdout: ChildStdout, mut sink: DuplexStream, log: Arc<Ser
             }
             continue;
         };
+        let replaced = known_blocks_only(message).or_else(|| mark_task_only_tools(message));
+        let message = replaced.as_deref().unwrap_or(message);
         if sink.write_all(message).await.is_err() || sink.write_all(b"\n").await.is_err() {
             break;
         }
     }
     let _ = sink.shutdown().await;
+}
+
+/// Content block types keel's MCP library decodes.
+const KNOWN_BLOCK_TYPES: &[&str] = &["text", "image", "audio", "resource", "resource_link"];
+
+/// A tool result whose `content` has blocks of a type keel does not know would fail to
+/// decode as a whole; this rewrites each such block into a text block that names its type,
+/// so the known blocks arrive. `None` when nothing needs rewriting.
+fn known_blocks_only(message: &[u8]) -> Option<Vec<u8>> {
+    // Cheap filter first: only results with content blocks can need it.
+    if !message.windows(9).any(|w| w == b"\"content\"") {
+        return None;
+    }
+    let mut value: serde_json::Value = serde_json::from_slice(message).ok()?;
+    let blocks = value.get_mut("result")?.get_mut("content")?.as_array_mut()?;
+    let mut changed = false;
+    for block in blocks.iter_mut() {
+        let kind = block["type"].as_str().unwrap_or("(none)");
+        if !KNOWN_BLOCK_TYPES.contains(&kind) {
+            let name: String = kind.chars().take(60).collect();
+            *block = serde_json::json!({
+                "type": "text",
+                "text": format!("[a content block of unknown type '{name}' left out]"),
+            });
+            changed = true;
+        }
+    }
+    changed.then(|| value.to_string().into_bytes())
+}
+
+/// The `_meta` key that marks a listed tool as requiring task augmentation (rmcp's tool type
+/// has no `execution` field, so the mark travels in `_meta`, which it keeps).
+pub(crate) const TASK_REQUIRED_META: &str = "keel/taskSupportRequired";
+
+/// A `tools/list` result whose tools say `execution.taskSupport = "required"`: each such
+/// tool gets [`TASK_REQUIRED_META`] in its `_meta`, so the manager can leave it out.
+fn mark_task_only_tools(message: &[u8]) -> Option<Vec<u8>> {
+    if !message.windows(13).any(|w| w == b"\"taskSupport\"") {
+        return None;
+    }
+    let mut value: serde_json::Value = serde_json::from_slice(message).ok()?;
+    let tools = value.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
+    let mut changed = false;
+    for tool in tools.iter_mut() {
+        if tool["execution"]["taskSupport"] == "required" {
+            if !tool["_meta"].is_object() {
+                tool["_meta"] = serde_json::json!({});
+            }
+            tool["_meta"][TASK_REQUIRED_META] = serde_json::Value::Bool(true);
+            changed = true;
+        }
+    }
+    changed.then(|| value.to_string().into_bytes())
 }
 
 /// The JSON text of a stdout line (without BOM and line end), or `None` when the line
@@ -258,16 +331,69 @@ fn json_line(line: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// Discards input up to and including the next newline; false at EOF or on error.
-async fn skip_rest_of_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> bool {
+/// Discards input up to and including the next newline. Returns whether a newline was
+/// found (false at EOF or on error) and the last bytes of the line (up to 64 KiB).
+async fn skip_rest_of_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> (bool, Vec<u8>) {
     let mut scratch = Vec::new();
+    let mut tail = Vec::new();
     loop {
         scratch.clear();
         match (&mut *reader).take(64 * 1024).read_until(b'\n', &mut scratch).await {
-            Ok(0) | Err(_) => return false,
-            Ok(_) if scratch.ends_with(b"\n") => return true,
-            Ok(_) => {}
+            Ok(0) | Err(_) => return (false, tail),
+            Ok(_) => {
+                let done = scratch.ends_with(b"\n");
+                if !(done && scratch.len() == 1) {
+                    tail.clone_from(&scratch);
+                }
+                if done {
+                    return (true, tail);
+                }
+            }
         }
+    }
+}
+
+/// The id of a JSON-RPC message that starts `{"jsonrpc": "2.0", "id": ID, ...` (how Python
+/// and most servers write it), from the first bytes of a line.
+fn leading_id(line: &[u8]) -> Option<serde_json::Value> {
+    let head = String::from_utf8_lossy(&line[..line.len().min(200)]);
+    let text = head.trim_start_matches('\u{feff}').trim_start();
+    let rest = text.strip_prefix('{')?;
+    let rest = rest.trim_start();
+    let rest = match rest.strip_prefix("\"jsonrpc\"") {
+        Some(after) => after
+            .trim_start()
+            .strip_prefix(':')?
+            .trim_start()
+            .strip_prefix("\"2.0\"")?
+            .trim_start()
+            .strip_prefix(',')?
+            .trim_start(),
+        None => rest,
+    };
+    let value = rest.strip_prefix("\"id\"")?.trim_start().strip_prefix(':')?;
+    id_value(value.split([',', '}']).next()?)
+}
+
+/// The id of a JSON-RPC message that ends `..., "id": ID}` (how the TypeScript SDK writes
+/// it), from the last bytes of a line.
+fn trailing_id(tail: &[u8]) -> Option<serde_json::Value> {
+    let text = String::from_utf8_lossy(tail);
+    let text = text.trim_end();
+    let body = text.strip_suffix('}')?;
+    let at = body.rfind("\"id\"")?;
+    let value = body[at + 4..].trim_start().strip_prefix(':')?;
+    if value.contains([',', '{', '[', ']', '}']) {
+        return None;
+    }
+    id_value(value)
+}
+
+/// A JSON-RPC id: a number or a string.
+fn id_value(text: &str) -> Option<serde_json::Value> {
+    match serde_json::from_str::<serde_json::Value>(text.trim()).ok()? {
+        id @ (serde_json::Value::Number(_) | serde_json::Value::String(_)) => Some(id),
+        _ => None,
     }
 }
 
@@ -286,6 +412,33 @@ async fn capture_stderr(stderr: tokio::process::ChildStderr, log: Arc<ServerLog>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_of_oversized_lines_table() {
+        let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+        assert_eq!(leading_id(br#"{"jsonrpc": "2.0", "id": 7, "result": {"#), Some(json("7")));
+        assert_eq!(leading_id(br#"{"id":"a-1","jsonrpc":"2.0","result":"#), Some(json(r#""a-1""#)));
+        assert_eq!(leading_id(br#"{"result": {"content": [{"id": 3"#), None);
+        assert_eq!(trailing_id(b"xxxx\"}]},\"jsonrpc\":\"2.0\",\"id\":12}\n"), Some(json("12")));
+        assert_eq!(trailing_id(b"xxxx\"}]}}\n"), None);
+        assert_eq!(trailing_id(b"\"id\": {\"a\": 1}}"), None);
+    }
+
+    #[test]
+    fn unknown_blocks_are_named_and_known_ones_kept() {
+        let line = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"a"},{"type":"hologram","x":1}]}}"#;
+        let rewritten: serde_json::Value =
+            serde_json::from_slice(&known_blocks_only(line).unwrap()).unwrap();
+        assert_eq!(rewritten["result"]["content"][0]["text"], "a");
+        assert_eq!(
+            rewritten["result"]["content"][1]["text"],
+            "[a content block of unknown type 'hologram' left out]"
+        );
+        let known =
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"a"}]}}"#;
+        assert_eq!(known_blocks_only(known), None);
+        assert_eq!(known_blocks_only(b"{\"content\": not json"), None);
+    }
 
     #[test]
     fn json_lines_table() {

@@ -13,11 +13,29 @@ pub struct McpTool {
     spec: ToolSpec,
     info: McpToolInfo,
     server: Arc<ServerHandle>,
+    /// The tool's `outputSchema`, which its `structuredContent` must match.
+    output_schema: Option<serde_json::Value>,
+    /// keel's own `read_resource` tool of the server, not one of the server's tools.
+    reads_resources: bool,
 }
 
 impl McpTool {
-    pub(crate) fn new(spec: ToolSpec, info: McpToolInfo, server: Arc<ServerHandle>) -> McpTool {
-        McpTool { spec, info, server }
+    pub(crate) fn new(
+        spec: ToolSpec,
+        info: McpToolInfo,
+        server: Arc<ServerHandle>,
+        output_schema: Option<serde_json::Value>,
+    ) -> McpTool {
+        McpTool { spec, info, server, output_schema, reads_resources: false }
+    }
+
+    /// keel's `mcp__<server>__read_resource`: `resources/read` of one URI on the server.
+    pub(crate) fn read_resource(
+        spec: ToolSpec,
+        info: McpToolInfo,
+        server: Arc<ServerHandle>,
+    ) -> McpTool {
+        McpTool { spec, info, server, output_schema: None, reads_resources: true }
     }
 
     /// What `keel mcp list` shows about it.
@@ -40,6 +58,11 @@ impl Tool for McpTool {
     ///
     /// Dropping the future sends `notifications/cancelled` for the call in flight.
     async fn invoke(&self, _context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput {
-        self.server.call(&self.spec.name, &self.info.server_tool, arguments).await
+        if self.reads_resources {
+            return self.server.read_resource(&self.spec.name, arguments).await;
+        }
+        self.server
+            .call(&self.spec.name, &self.info.server_tool, arguments, self.output_schema.as_ref())
+            .await
     }
 }

@@ -353,10 +353,14 @@ fn acp_bad_input_is_answered_and_the_agent_goes_on() {
         let answer = raw.new_session(id, &cwd);
         assert_eq!(answer["error"]["code"], -32602, "{cwd:?}: {answer}");
     }
-    // An MCP server keel cannot serve as declared (HTTP headers) is refused, not dropped.
+    // An HTTP MCP server with headers is served (keel sends them); one with a header that
+    // is not valid HTTP is refused, not dropped.
     raw.send(&json!({"jsonrpc":"2.0","id":13,"method":"session/new","params":{"cwd":ws,"mcpServers":[
         {"type":"http","name":"api","url":"http://127.0.0.1:9/mcp","headers":[{"name":"Authorization","value":"Bearer x"}]}]}}).to_string());
-    assert_eq!(raw.response(13)["error"]["code"], -32602);
+    assert!(raw.response(13)["result"]["sessionId"].is_string());
+    raw.send(&json!({"jsonrpc":"2.0","id":14,"method":"session/new","params":{"cwd":ws,"mcpServers":[
+        {"type":"http","name":"api","url":"http://127.0.0.1:9/mcp","headers":[{"name":"bad name","value":"x"}]}]}}).to_string());
+    assert_eq!(raw.response(14)["error"]["code"], -32602);
     // A prompt for a session nobody opened, and one with no text.
     raw.send(r#"{"jsonrpc":"2.0","id":20,"method":"session/prompt","params":{"sessionId":"nope","prompt":[{"type":"text","text":"hi"}]}}"#);
     assert_eq!(raw.response(20)["error"]["code"], -32602);

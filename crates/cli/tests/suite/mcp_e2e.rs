@@ -213,3 +213,36 @@ fn a_workspace_config_cannot_make_mcp_tools_skip_consent() {
     assert!(stdout(&output).is_empty(), "stdout: {}", stdout(&output));
     assert!(stderr(&output).contains("cannot skip consent"), "{}", stderr(&output));
 }
+
+#[test]
+fn mcp_list_json_has_every_server_and_tool() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    write_user_config(
+        &env,
+        &format!(
+            "[mcp_servers.fs]\ncommand = \"node\"\nargs = [{}, \".\"]\n\
+             [mcp_servers.fs.tools.read_text_file]\naccess = \"read\"\n\
+             [mcp_servers.broken]\ncommand = \"/nonexistent/mcp-server\"\n",
+            server_js("server-filesystem")
+        ),
+    );
+    let output = env.run(&["mcp", "list", "--json", "-C", workspace.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    let servers = report["servers"].as_array().unwrap();
+    let server = |name: &str| servers.iter().find(|s| s["name"] == name).unwrap().clone();
+    let broken = server("broken");
+    assert_eq!(broken["state"], "failed");
+    assert!(broken["reason"].as_str().unwrap().contains("cannot start"), "{broken}");
+    let fs = server("fs");
+    assert_eq!(fs["state"], "connected");
+    let tools = fs["tools"].as_array().unwrap();
+    let read = tools.iter().find(|t| t["name"] == "mcp__fs__read_text_file").unwrap();
+    assert_eq!(
+        (&read["access"], &read["egress"], &read["declared_by"], &read["read_only_hint"]),
+        (&"read".into(), &"none".into(), &"config".into(), &true.into())
+    );
+    assert_eq!(report["tool_count"], serde_json::json!(tools.len()));
+    assert_eq!(report["notes"], serde_json::json!([]));
+}

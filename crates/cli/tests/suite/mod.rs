@@ -15,6 +15,7 @@ mod outbox_e2e;
 mod output_schema_e2e;
 mod postgres_e2e;
 mod providers_e2e;
+mod redteam_mcp;
 mod redteam_orphans;
 mod redteam_rules;
 mod redteam_trust;

@@ -109,6 +109,7 @@ pub async fn serve(options: AcpOptions) -> anyhow::Result<()> {
     }
     for session in sessions {
         session.assembly.outbox.finish().await;
+        session.assembly.mcp.close().await;
     }
     served.map_err(|error| anyhow::anyhow!("the ACP connection failed: {error}"))
 }
@@ -445,6 +446,7 @@ impl AcpAgent {
         if let Some(old) = self.add(id, assembly, live.workspace.clone(), live.mcp_servers.clone())
         {
             old.assembly.outbox.finish().await;
+            old.assembly.mcp.close().await;
         }
         cx.send_notification(SessionNotification::new(
             id.to_string(),
@@ -509,6 +511,7 @@ impl AcpAgent {
         let modes = modes(assembly.resolved.run.approval);
         if let Some(old) = self.add(id, assembly, workspace, request.mcp_servers) {
             old.assembly.outbox.finish().await;
+            old.assembly.mcp.close().await;
         }
         Ok(LoadSessionResponse::new().modes(modes))
     }
@@ -706,14 +709,11 @@ fn client_mcp_server(
             stdio.name.clone()
         }
         McpServer::Http(http) => {
-            // keel's HTTP MCP client sends no custom headers: a server that needs them
-            // (a token) would fail later and less clearly, so it is refused here.
-            if !http.headers.is_empty() {
-                return Err(invalid_params(format!(
-                    "MCP server '{}' needs HTTP headers, which keel's MCP client cannot send",
-                    one_line(&http.name)
-                )));
-            }
+            // The editor's headers (a token, say) are sent with every request; the
+            // editor is the user's own program, as trusted as the user's config.
+            config.headers = keel_mcp::HttpHeaders(
+                http.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
+            );
             config.url = Some(http.url.clone());
             http.name.clone()
         }
@@ -730,7 +730,11 @@ fn client_mcp_server(
     if clean.is_empty() {
         return Err(invalid_params("an MCP server needs a name of letters or digits"));
     }
-    Ok((format!("acp_{clean}"), config))
+    let name = format!("acp_{clean}");
+    // A server keel cannot serve as declared (a header that is not valid HTTP, say) is
+    // refused here, not dropped later.
+    config.validate(&name).map_err(|error| invalid_params(error.to_string()))?;
+    Ok((name, config))
 }
 
 /// The observer of a session's runs: each durable event, rendered, to the client.

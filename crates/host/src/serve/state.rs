@@ -295,6 +295,7 @@ impl Host {
                 }
             };
             assembly.outbox.finish().await;
+            assembly.mcp.close().await;
             if let Err(error) = &report {
                 eprintln!("keel serve: the run of session {session_id} ended in error: {error}");
             }

@@ -67,3 +67,61 @@ async fn a_long_running_operation_times_out_in_time_and_the_server_stays_usable(
     assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
     assert_eq!(unfence(&output.content, "mcp__everything__echo"), "Echo: after");
 }
+
+#[tokio::test]
+async fn elicitation_is_declined_with_a_reason_and_kept_and_sampling_is_not_offered() {
+    for (policy, reason_names) in [
+        (keel_mcp::ElicitationPolicy::Decline, "--approval auto"),
+        // server-everything requires `name`, which has no default.
+        (keel_mcp::ElicitationPolicy::AcceptDefaults, "name"),
+    ] {
+        let scratch = Scratch::new();
+        let mut options = scratch.options();
+        options.elicitation = policy;
+        let spec = super::support::spec("everything", &everything_stdio(""));
+        let servers = keel_mcp::McpServers::start(vec![spec], options).await;
+        let names = names(&servers);
+        // keel offers no sampling, so the server offers no sampling tool.
+        assert!(!names.iter().any(|name| name.contains("sampling")), "{names:?}");
+        let output =
+            call(&servers, "mcp__everything__trigger-elicitation-request", serde_json::json!({}))
+                .await;
+        assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
+        let text = unfence(&output.content, "mcp__everything__trigger-elicitation-request");
+        assert!(text.contains("declined"), "{text}");
+        let asked = servers.elicitations();
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert_eq!((asked[0].server.as_str(), asked[0].action), ("everything", "decline"));
+        assert!(asked[0].message.contains("Please provide inputs"), "{asked:?}");
+        let reason = asked[0].reason.as_deref().unwrap_or_default();
+        assert!(reason.contains(reason_names), "{policy:?}: {reason}");
+    }
+}
+
+#[tokio::test]
+async fn resource_links_can_be_read_through_read_resource_as_a_read_of_the_server() {
+    let scratch = Scratch::new();
+    let servers = scratch.start(&[("everything", &everything_stdio(""))]).await;
+    let status = &servers.statuses()[0];
+    let read = status.tools.iter().find(|tool| tool.name == "mcp__everything__read_resource");
+    let read = read.unwrap_or_else(|| panic!("no read_resource in {:?}", names(&servers)));
+    // A read of a local server: no egress, so no consent; a remote one keeps its egress.
+    assert_eq!((read.access, read.effects.egress), (Access::Read, keel_contracts::Egress::None));
+    let output =
+        call(&servers, "mcp__everything__get-resource-links", serde_json::json!({"count": 2}))
+            .await;
+    let text = unfence(&output.content, "mcp__everything__get-resource-links");
+    let uri = text
+        .lines()
+        .find_map(|line| line.strip_prefix("[resource link: "))
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("no resource link in {text}"))
+        .to_owned();
+    let output =
+        call(&servers, "mcp__everything__read_resource", serde_json::json!({"uri": uri})).await;
+    assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
+    let contents = unfence(&output.content, "mcp__everything__read_resource");
+    assert!(contents.starts_with(&format!("[resource: {uri}")), "{contents}");
+    let missing = call(&servers, "mcp__everything__read_resource", serde_json::json!({})).await;
+    assert_eq!(missing.outcome, Outcome::Error, "{}", missing.content);
+}

@@ -1,4 +1,5 @@
 mod access;
+mod conformance;
 mod everything;
 mod fake;
 mod filesystem;

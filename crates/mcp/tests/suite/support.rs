@@ -70,6 +70,8 @@ impl Scratch {
             inherited_env: std::env::vars_os()
                 .filter(|(name, _)| INHERITED_ENV_VARS.iter().any(|allowed| name == allowed))
                 .collect(),
+            bearer_tokens: Default::default(),
+            elicitation: Default::default(),
         }
     }
 

@@ -1,0 +1,201 @@
+//! Streamable HTTP: rmcp's reqwest client with one fix, and the transport keel builds on it.
+//!
+//! rmcp 3.11 hands an HTTP error whose JSON body is a JSON-RPC error *without an id* (what
+//! the TypeScript SDK's servers answer to a session they do not know: `400 {"error":
+//! {"message": "Bad Request: No valid session ID provided"}}`) to the service as a message;
+//! nothing can match it to the request, so the call waits out its whole timeout.
+//! [`KeelHttpClient`] turns such an answer into an error of that request: a lost session
+//! (when a session id was sent and the message names the session) becomes
+//! `SessionExpired`, which makes rmcp start a new session and retry the request once; any
+//! other becomes an error naming the server's message, which fails the request at once.
+//! It also keeps no idle connections ([`KeelHttpClient::new`]).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::stream::BoxStream;
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage};
+use rmcp::transport::streamable_http_client::SseError;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
+use sse_stream::Sse;
+
+/// rmcp's reqwest client, with id-less JSON-RPC error answers turned into request errors.
+#[derive(Debug, Clone)]
+pub(crate) struct KeelHttpClient {
+    inner: reqwest::Client,
+    /// Set once the server refused a request for its session (404, or an id-less error
+    /// about the session): that request never ran, so it may be sent again on a new one.
+    session_lost: Arc<AtomicBool>,
+    /// The last failed POST, for humans (`HTTP 500 ...`): rmcp ends the session on it and
+    /// keeps only "closed".
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+impl KeelHttpClient {
+    /// A client that keeps no idle connections: every request opens its own, so a server
+    /// that restarted is never reached through a dead kept-alive socket (where a POST
+    /// fails without telling whether the server got it); a request that cannot connect
+    /// was never sent.
+    ///
+    /// # Errors
+    ///
+    /// reqwest's, when its TLS setup fails.
+    pub(crate) fn new() -> Result<KeelHttpClient, reqwest::Error> {
+        let inner = reqwest::Client::builder().pool_max_idle_per_host(0).build()?;
+        Ok(KeelHttpClient { inner, session_lost: Arc::default(), last_error: Arc::default() })
+    }
+
+    /// Where the last failed POST is described.
+    pub(crate) fn last_error(&self) -> Arc<Mutex<Option<String>>> {
+        self.last_error.clone()
+    }
+
+    /// The flag set when the server refuses keel's session.
+    pub(crate) fn session_lost(&self) -> Arc<AtomicBool> {
+        self.session_lost.clone()
+    }
+}
+
+type Error = StreamableHttpError<reqwest::Error>;
+
+impl StreamableHttpClient for KeelHttpClient {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, Error> {
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, Error> {
+        let session_attached = session_id.is_some();
+        let answer = self
+            .inner
+            .post_message_with_response_limits(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                limits,
+            )
+            .await;
+        let answer = match answer {
+            Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Error(error), _))
+                if error.id.is_none() =>
+            {
+                Err(orphan_error(session_attached, &error.error.message))
+            }
+            other => other,
+        };
+        if matches!(answer, Err(StreamableHttpError::SessionExpired)) {
+            self.session_lost.store(true, Ordering::SeqCst);
+        }
+        if let Ok(mut last) = self.last_error.lock() {
+            *last =
+                answer.as_ref().err().map(|error| error.to_string().chars().take(300).collect());
+        }
+        answer
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), Error> {
+        self.inner.delete_session(uri, session_id, auth_header, custom_headers).await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Error> {
+        self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Error> {
+        self.inner
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+}
+
+/// The error for an answer that is a JSON-RPC error naming no request: a lost session when
+/// keel sent one and the server's message is about the session, else the message itself.
+fn orphan_error(session_attached: bool, message: &str) -> Error {
+    let lower = message.to_ascii_lowercase();
+    if session_attached && lower.contains("session") {
+        return StreamableHttpError::SessionExpired;
+    }
+    let preview: String = message.chars().take(300).collect();
+    StreamableHttpError::UnexpectedServerResponse(Cow::Owned(format!(
+        "the server answered with an error for no request: {preview}"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orphan_errors_table() {
+        let lost = |attached, message| {
+            matches!(orphan_error(attached, message), StreamableHttpError::SessionExpired)
+        };
+        assert!(lost(true, "Bad Request: No valid session ID provided"));
+        assert!(lost(true, "Session not found"));
+        // Without a session there is none to lose; other messages fail the request.
+        assert!(!lost(false, "Bad Request: No valid session ID provided"));
+        assert!(!lost(true, "Internal error"));
+        let text = orphan_error(true, "Internal error").to_string();
+        assert!(text.contains("Internal error"), "{text}");
+    }
+}
