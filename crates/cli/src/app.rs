@@ -165,6 +165,7 @@ fn settings(options: &RunOptions) -> RunSettings {
         max_cost_usd: options.max_cost_usd,
         max_time: options.max_time.clone(),
         context_window: options.context_window,
+        over_http: false,
     }
 }
 

@@ -54,6 +54,16 @@ pub struct RunSettings {
     pub max_time: Option<String>,
     /// The model's context window in tokens, overriding the known one.
     pub context_window: Option<u64>,
+    /// Usage errors name the host API's JSON fields (`"max_steps"`) instead of `keel
+    /// run`'s flags (`--max-steps`): set for a hosted session's request.
+    pub over_http: bool,
+}
+
+impl RunSettings {
+    /// How a usage error names a setting: the flag, or the HTTP body's field.
+    fn name<'a>(&self, flag: &'a str, field: &'a str) -> &'a str {
+        if self.over_http { field } else { flag }
+    }
 }
 
 /// The ledger: PostgreSQL when `KEEL_DATABASE_URL` is set (a `postgres://` URL), else the
@@ -169,9 +179,12 @@ pub fn resolve(
         .or_else(|| session_model.map(str::to_owned))
         .or_else(|| config.model.clone())
         .ok_or_else(|| {
-            usage(
-                "no model: pass -m openai:MODEL (or scripted:PATH), or set `model` in config.toml",
-            )
+            usage(if options.over_http {
+                "no model: give \"model\" (openai:MODEL or scripted:PATH) when creating the \
+                 session, or set `model` in config.toml"
+            } else {
+                "no model: pass -m openai:MODEL (or scripted:PATH), or set `model` in config.toml"
+            })
         })?;
 
     let mode = match options.mode {
@@ -260,10 +273,16 @@ pub fn resolve(
         None => None,
     };
     if options.max_steps.or(config.max_steps) == Some(0) {
-        return Err(usage("--max-steps must be at least 1"));
+        return Err(usage(format!(
+            "{} must be at least 1",
+            options.name("--max-steps", "\"max_steps\"")
+        )));
     }
     if options.max_tokens.or(config.max_tokens) == Some(0) {
-        return Err(usage("--max-tokens must be at least 1"));
+        return Err(usage(format!(
+            "{} must be at least 1",
+            options.name("--max-tokens", "\"max_tokens\"")
+        )));
     }
     let budget = match session.and_then(|session| session.budget) {
         // A continued session keeps the ceilings of the run it continues; a flag overrides
@@ -284,7 +303,10 @@ pub fn resolve(
     if let Some(max_cost) = budget.max_cost_usd
         && !(max_cost.is_finite() && max_cost > 0.0)
     {
-        return Err(usage(format!("--max-cost-usd must be a positive amount, not {max_cost}")));
+        return Err(usage(format!(
+            "{} must be a positive amount, not {max_cost}",
+            options.name("--max-cost-usd", "\"max_cost_usd\"")
+        )));
     }
     let price = match model_spec.split_once(':') {
         Some((provider, model)) => prices.get(provider, model),
@@ -295,7 +317,8 @@ pub fn resolve(
     if budget.max_cost_usd.is_some() && price.is_none() {
         return Err(usage(format!(
             "no price known for {model_spec}, so a cost budget cannot be enforced; add it to \
-             $KEEL_HOME/prices.toml or drop --max-cost-usd"
+             $KEEL_HOME/prices.toml or drop {}",
+            options.name("--max-cost-usd", "\"max_cost_usd\"")
         )));
     }
     // A new session records its scripted model by absolute path, so `keel resume` works
