@@ -556,7 +556,8 @@ pub fn lease_holder() -> String {
 }
 
 /// Liveness of lease holders on this host: `keel pid N on HOST` is alive while `/proc/N`
-/// exists (a reused pid reads as alive: the safe side); unknown for other hosts.
+/// exists and is not a zombie (a reused pid reads as alive: the safe side); unknown for
+/// other hosts.
 #[derive(Debug)]
 pub struct LocalProcesses;
 
@@ -576,7 +577,15 @@ fn holder_alive(holder: &str) -> Option<bool> {
     if host != this_host.trim() {
         return None;
     }
-    Some(pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists())
+    if pid == std::process::id() {
+        return Some(true);
+    }
+    // Gone, or a zombie (killed, not yet reaped by its parent): it can write nothing more.
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Some(Path::new(&format!("/proc/{pid}")).exists());
+    };
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    Some(!matches!(state, Some("Z" | "X")))
 }
 
 /// Every tool the envelope names must exist: a typo in `--forbid bsh` would otherwise

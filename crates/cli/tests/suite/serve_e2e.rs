@@ -560,10 +560,19 @@ async fn serve_an_answer_right_after_a_restart_is_kept_and_the_dead_hosts_run_ta
     client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "write w"})).await;
     let before = client.pending(&session).await;
     let call = before["call_id"].as_str().unwrap().to_owned();
-    host.kill9();
+    // Killed and not reaped (a zombie, as under a parent that has not waited yet): its pid
+    // still exists, yet it is provably dead.
+    let mut dead = host;
+    dead.child.kill().unwrap();
+    let stat_path = format!("/proc/{}/stat", dead.child.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&stat_path).unwrap_or_default().contains(") Z") {
+        assert!(Instant::now() < deadline, "the killed host never became a zombie");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
-    // Answered at once: before the new host has taken the dead one's run over (its lease
-    // is still the dead process's), not after the lease lapses.
+    // Answered at once: the new host takes the dead one's run over at boot (its lease is
+    // still the dead process's), not after the lease lapses, and keeps the answer.
     let restarted = Instant::now();
     let host = Host::start(&env, &[]);
     let client = host.client();
@@ -590,6 +599,7 @@ async fn serve_an_answer_right_after_a_restart_is_kept_and_the_dead_hosts_run_ta
         ledger.iter().filter(|e| e["kind"] == "permission_settled").collect();
     assert_eq!(settled.len(), 1, "one answer recorded");
     assert_eq!(settled[0]["answer"], "allow_once");
+    drop(dead);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
