@@ -172,6 +172,7 @@ async fn main() {
 
     // All sessions at once: one turn of STEPS steps each.
     let cpu_before = cpu_seconds(pid);
+    let bench_cpu_before = cpu_seconds(std::process::id());
     let served_before = mock.served.load(Ordering::Relaxed);
     let started = Instant::now();
     let turns = ids.iter().map(|id| {
@@ -199,6 +200,7 @@ async fn main() {
     }
     let elapsed = started.elapsed();
     let cpu = cpu_seconds(pid) - cpu_before;
+    let bench_cpu = cpu_seconds(std::process::id()) - bench_cpu_before;
     let rss_after = rss_kib(pid);
     let rate = expected as f64 / elapsed.as_secs_f64();
     let ideal = accepted as f64 / MODEL_DELAY.as_secs_f64();
@@ -215,6 +217,12 @@ async fn main() {
          {rss_after} KiB",
         1000.0 * cpu / expected.max(1) as f64,
         100.0 * cpu / elapsed.as_secs_f64() / 2.0
+    );
+    println!(
+        "bench (mock model + HTTP client): {bench_cpu:.1} CPU s ({:.2} ms per step); load \
+         average {}",
+        1000.0 * bench_cpu / expected.max(1) as f64,
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
     );
     let _ = child.kill();
     let _ = child.wait();

@@ -173,6 +173,7 @@ fn settings(options: &RunOptions) -> RunSettings {
         max_time: options.max_time.clone(),
         context_window: options.context_window,
         output_schema: options.output_schema.clone(),
+        over_http: false,
     }
 }
 

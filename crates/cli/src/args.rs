@@ -173,8 +173,9 @@ pub(crate) enum Command {
     },
     /// The host: many sessions over an HTTP/SSE API (see README "keel serve").
     Serve {
-        /// Address to listen on (port 0 picks a free one; the address is printed).
-        #[arg(long, default_value = "127.0.0.1:7711")]
+        /// Address to listen on: IP:PORT or localhost:PORT (port 0 picks a free one; the
+        /// address is printed).
+        #[arg(long, default_value = "127.0.0.1:7711", value_parser = keel_host::serve::parse_listen)]
         listen: std::net::SocketAddr,
         /// Allow a non-loopback --listen address (anyone who reaches it with the token
         /// drives agents on this machine).

@@ -294,6 +294,21 @@ pub trait Store: Send + Sync + Debug {
     /// [`ReadError`] when the backend fails.
     async fn sessions(&self) -> Result<Vec<SessionSummary>, ReadError>;
 
+    /// One session's listing row, `None` when there is no such session. The default reads
+    /// [`Store::sessions`]; a backend with an index answers from one row.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError`] when the backend fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn session(&self, session_id: SessionId) -> Result<Option<SessionSummary>, ReadError> {
+        let rows = self.sessions().await?;
+        Ok(rows.into_iter().find(|row| row.id == session_id))
+    }
+
     /// The session whose id starts with `prefix` (case-insensitive hex, dashes optional).
     ///
     /// # Errors

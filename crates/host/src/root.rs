@@ -56,6 +56,16 @@ pub struct RunSettings {
     pub context_window: Option<u64>,
     /// `--output-schema FILE`: a JSON Schema the final answer must match.
     pub output_schema: Option<PathBuf>,
+    /// Usage errors name the host API's JSON fields (`"max_steps"`) instead of `keel
+    /// run`'s flags (`--max-steps`): set for a hosted session's request.
+    pub over_http: bool,
+}
+
+impl RunSettings {
+    /// How a usage error names a setting: the flag, or the HTTP body's field.
+    fn name<'a>(&self, flag: &'a str, field: &'a str) -> &'a str {
+        if self.over_http { field } else { flag }
+    }
 }
 
 /// The ledger: PostgreSQL when `KEEL_DATABASE_URL` is set (a `postgres://` URL), else the
@@ -186,9 +196,12 @@ pub fn resolve(
         .or_else(|| session_model.map(str::to_owned))
         .or_else(|| config.model.clone())
         .ok_or_else(|| {
-            usage(
-                "no model: pass -m openai:MODEL (or scripted:PATH), or set `model` in config.toml",
-            )
+            usage(if options.over_http {
+                "no model: give \"model\" (openai:MODEL or scripted:PATH) when creating the \
+                 session, or set `model` in config.toml"
+            } else {
+                "no model: pass -m openai:MODEL (or scripted:PATH), or set `model` in config.toml"
+            })
         })?;
 
     let mode = match options.mode {
@@ -278,10 +291,16 @@ pub fn resolve(
         None => None,
     };
     if options.max_steps.or(config.max_steps) == Some(0) {
-        return Err(usage("--max-steps must be at least 1"));
+        return Err(usage(format!(
+            "{} must be at least 1",
+            options.name("--max-steps", "\"max_steps\"")
+        )));
     }
     if options.max_tokens.or(config.max_tokens) == Some(0) {
-        return Err(usage("--max-tokens must be at least 1"));
+        return Err(usage(format!(
+            "{} must be at least 1",
+            options.name("--max-tokens", "\"max_tokens\"")
+        )));
     }
     let budget = match session.and_then(|session| session.budget) {
         // A continued session keeps the ceilings of the run it continues; a flag overrides
@@ -302,7 +321,10 @@ pub fn resolve(
     if let Some(max_cost) = budget.max_cost_usd
         && !(max_cost.is_finite() && max_cost > 0.0)
     {
-        return Err(usage(format!("--max-cost-usd must be a positive amount, not {max_cost}")));
+        return Err(usage(format!(
+            "{} must be a positive amount, not {max_cost}",
+            options.name("--max-cost-usd", "\"max_cost_usd\"")
+        )));
     }
     let price = match model_spec.split_once(':') {
         Some((provider, model)) => prices.get(provider, model),
@@ -313,7 +335,8 @@ pub fn resolve(
     if budget.max_cost_usd.is_some() && price.is_none() {
         return Err(usage(format!(
             "no price known for {model_spec}, so a cost budget cannot be enforced; add it to \
-             $KEEL_HOME/prices.toml or drop --max-cost-usd"
+             $KEEL_HOME/prices.toml or drop {}",
+            options.name("--max-cost-usd", "\"max_cost_usd\"")
         )));
     }
     // A new session records its scripted model by absolute path, so `keel resume` works
@@ -583,7 +606,8 @@ pub fn lease_holder() -> String {
 }
 
 /// Liveness of lease holders on this host: `keel pid N on HOST` is alive while `/proc/N`
-/// exists (a reused pid reads as alive: the safe side); unknown for other hosts.
+/// exists and is not a zombie (a reused pid reads as alive: the safe side); unknown for
+/// other hosts.
 #[derive(Debug)]
 pub struct LocalProcesses;
 
@@ -603,7 +627,15 @@ fn holder_alive(holder: &str) -> Option<bool> {
     if host != this_host.trim() {
         return None;
     }
-    Some(pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists())
+    if pid == std::process::id() {
+        return Some(true);
+    }
+    // Gone, or a zombie (killed, not yet reaped by its parent): it can write nothing more.
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Some(Path::new(&format!("/proc/{pid}")).exists());
+    };
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    Some(!matches!(state, Some("Z" | "X")))
 }
 
 /// Every tool the envelope names must exist: a typo in `--forbid bsh` would otherwise

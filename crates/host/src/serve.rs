@@ -157,6 +157,32 @@ pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A `--listen` address: `IP:PORT` (`[::1]:PORT` for IPv6), or `localhost:PORT`, which is
+/// the IPv4 loopback (no resolver is asked: `localhost` is always this machine here).
+///
+/// # Errors
+///
+/// A message naming the accepted forms, for any other text (a host name other than
+/// `localhost`, a missing or invalid port).
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let invalid = || {
+        format!(
+            "invalid address '{text}': give IP:PORT (127.0.0.1:7711, [::1]:7711) or \
+             localhost:PORT"
+        )
+    };
+    let (host, port) = text.rsplit_once(':').ok_or_else(invalid)?;
+    if !host.eq_ignore_ascii_case("localhost") {
+        return Err(invalid());
+    }
+    let port: u16 = port.parse().map_err(|_| invalid())?;
+    Ok(SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port)))
+}
+
 /// `90s`, `10m`, `1500ms`: a duration as its most natural unit.
 pub(crate) fn human_duration(duration: Duration) -> String {
     let ms = duration.as_millis();
@@ -166,5 +192,24 @@ pub(crate) fn human_duration(duration: Duration) -> String {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_takes_ip_and_port_or_localhost_and_refuses_other_names() {
+        assert_eq!(parse_listen("127.0.0.1:7711"), Ok(SocketAddr::from(([127, 0, 0, 1], 7711))));
+        assert_eq!(parse_listen("localhost:7711"), Ok(SocketAddr::from(([127, 0, 0, 1], 7711))));
+        assert_eq!(parse_listen("LOCALHOST:0"), Ok(SocketAddr::from(([127, 0, 0, 1], 0))));
+        let v6 = parse_listen("[::1]:8080");
+        assert!(v6.is_ok_and(|address| address.ip().is_loopback() && address.port() == 8080));
+        let wide = parse_listen("0.0.0.0:7711");
+        assert!(wide.is_ok_and(|address| !address.ip().is_loopback()));
+        for bad in ["localhost", "localhost:", "localhost:99999", "example.com:7711", "", ":7711"] {
+            assert!(parse_listen(bad).is_err(), "{bad:?} was accepted");
+        }
     }
 }

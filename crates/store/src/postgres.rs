@@ -359,6 +359,26 @@ impl Store for PgStore {
             .collect()
     }
 
+    /// One session's listing row, by its primary key.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Backend`] when the server fails or the row does not decode.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn session(&self, session_id: SessionId) -> Result<Option<SessionSummary>, ReadError> {
+        let client = self.pool.get().await.map_err(read_backend)?;
+        let select = client
+            .prepare_cached(&format!("SELECT {SUMMARY_COLUMNS} FROM keel.sessions WHERE id = $1"))
+            .await
+            .map_err(read_backend)?;
+        let row = client.query_opt(&select, &[&session_id.0]).await.map_err(read_backend)?;
+        row.map(|row| decode_summary(&row).map_err(|message| ReadError::Backend { message }))
+            .transpose()
+    }
+
     /// The one session whose id, without dashes, starts with `prefix` without dashes,
     /// compared case-insensitively: a range scan of the primary key, since a uuid's byte
     /// order is the order of its hex text.

@@ -409,6 +409,20 @@ impl Store for SqliteStore {
         self.blocking(read_backend, list_sessions).await
     }
 
+    /// One session's listing row, by its primary key.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Backend`] when SQLite fails or the row does not decode.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn session(&self, session_id: SessionId) -> Result<Option<SessionSummary>, ReadError> {
+        let key = session_id.to_string();
+        self.blocking(read_backend, move |connection| one_session(connection, &key)).await
+    }
+
     /// The one session whose id, without dashes, starts with `prefix` without dashes,
     /// compared case-insensitively.
     ///
@@ -861,6 +875,19 @@ fn list_sessions(connection: &mut Connection) -> Result<Vec<SessionSummary>, Rea
             .map_err(|message| ReadError::Backend { message })
     })
     .collect()
+}
+
+fn one_session(
+    connection: &mut Connection,
+    session_key: &str,
+) -> Result<Option<SessionSummary>, ReadError> {
+    let columns = connection
+        .prepare_cached(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions WHERE id = ?1"))
+        .and_then(|mut select| select.query_row([session_key], SummaryColumns::from_row).optional())
+        .map_err(read_backend_sqlite)?;
+    columns
+        .map(|columns| columns.decode().map_err(|message| ReadError::Backend { message }))
+        .transpose()
 }
 
 fn sessions_with_prefix(

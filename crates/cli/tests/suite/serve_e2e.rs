@@ -366,9 +366,40 @@ async fn serve_openapi_names_every_route() {
         "/v1/schedules",
         "/v1/schedules/{id}",
         "/v1/wakes/{wake_id}",
+        "/v1/web/logins",
     ] {
         assert!(paths.contains_key(path), "{path} missing from the OpenAPI document");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_usage_errors_name_the_body_fields_not_the_flags() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let script = write_script(&env, "fields.json", &[]);
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let (status, body) = client.post("/v1/sessions", json!({"workspace": workspace})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("\"model\"") && !message.contains("-m "), "{message}");
+    let session = client.create(&workspace, &script, "deny").await;
+    for (field, value) in
+        [("max_steps", json!(0)), ("max_tokens", json!(0)), ("max_cost_usd", json!(-1.0))]
+    {
+        let mut turn = json!({"input": "go"});
+        turn[field] = value;
+        let (status, body) = client.post(&format!("/v1/sessions/{session}/turns"), turn).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("\"{field}\"")) && !message.contains("--"), "{message}");
+    }
+    // The neighbour: a valid ceiling runs.
+    let (status, body) = client
+        .post(&format!("/v1/sessions/{session}/turns"), json!({"input": "go", "max_steps": 3}))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    client.wait_state(&session, "completed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -645,6 +676,59 @@ async fn serve_kill_9_with_a_pending_approval_then_restart_asks_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_an_answer_right_after_a_restart_is_kept_and_the_dead_hosts_run_taken_over() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let script = write_script(&env, "window.json", &["w.txt"]);
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let session = client.create(&workspace, &script, "ask").await;
+    client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "write w"})).await;
+    let before = client.pending(&session).await;
+    let call = before["call_id"].as_str().unwrap().to_owned();
+    // Killed and not reaped (a zombie, as under a parent that has not waited yet): its pid
+    // still exists, yet it is provably dead.
+    let mut dead = host;
+    dead.child.kill().unwrap();
+    let stat_path = format!("/proc/{}/stat", dead.child.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&stat_path).unwrap_or_default().contains(") Z") {
+        assert!(Instant::now() < deadline, "the killed host never became a zombie");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Answered at once: the new host takes the dead one's run over at boot (its lease is
+    // still the dead process's), not after the lease lapses, and keeps the answer.
+    let restarted = Instant::now();
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let (status, body) = client
+        .post(
+            &format!("/v1/sessions/{session}/permissions/{call}"),
+            json!({"answer": "allow_once"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["by"], "remote (keel serve)");
+    client.wait_state(&session, "completed").await;
+    assert!(
+        restarted.elapsed() < Duration::from_secs(8),
+        "took {:?}: the dead host's lease was waited out",
+        restarted.elapsed()
+    );
+    assert_eq!(std::fs::read_to_string(workspace.join("w.txt")).unwrap(), "w.txt\n");
+    let ledger = ledger(&env, &session);
+    let results: Vec<&Value> = ledger.iter().filter(|e| e["kind"] == "tool_result").collect();
+    assert_eq!(results.len(), 1, "the call got exactly one result");
+    assert_eq!(results[0]["outcome"], "ok");
+    let settled: Vec<&Value> =
+        ledger.iter().filter(|e| e["kind"] == "permission_settled").collect();
+    assert_eq!(settled.len(), 1, "one answer recorded");
+    assert_eq!(settled[0]["answer"], "allow_once");
+    drop(dead);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_kill_9_mid_stream_then_reconnect_loses_and_repeats_nothing() {
     let env = Env::new();
     let workspace = env.workspace();
@@ -820,6 +904,22 @@ fn redteam_host_non_loopback_bind_is_refused_without_the_flag() {
     assert!(line.starts_with("keel serve: listening on http://0.0.0.0:"), "{line}");
     explicit.kill().unwrap();
     explicit.wait().unwrap();
+    // `localhost` is the loopback, without the flag; another name is a usage error.
+    let mut named = env
+        .keel()
+        .env("KEEL_SERVE_TOKEN", TOKEN)
+        .args(["serve", "--listen", "localhost:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let line = BufReader::new(named.stdout.take().unwrap()).lines().next().unwrap().unwrap();
+    assert!(line.starts_with("keel serve: listening on http://127.0.0.1:"), "{line}");
+    named.kill().unwrap();
+    named.wait().unwrap();
+    let output = env.run(&["serve", "--listen", "example.com:7711"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(super::support::stderr(&output).contains("localhost:PORT"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -889,6 +989,21 @@ async fn redteam_host_workspace_outside_the_allowed_roots_is_refused() {
     let foreign = super::support::json_lines(&output)[0]["session_id"].as_str().unwrap().to_owned();
     let (_, list) = client.get("/v1/sessions").await;
     assert_eq!(list["sessions"].as_array().map(Vec::len), Some(0), "{list}");
+    // Nor does the web page list it, show it, or render its fragment.
+    let page = |path: String| {
+        let request = client.http.get(host.url(&path)).bearer_auth(&client.token);
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status(), response.text().await.unwrap())
+        }
+    };
+    let (status, html) = page("/".to_owned()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!html.contains(&foreign) && html.contains("No sessions yet."), "{html}");
+    let (status, _) = page(format!("/?session={foreign}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = page(format!("/web/sessions/{foreign}/fragment")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     for path in ["", "/events", "/permissions"] {
         let (status, body) = client.get(&format!("/v1/sessions/{foreign}{path}")).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "GET {path}: {body}");
@@ -910,6 +1025,17 @@ async fn redteam_host_workspace_outside_the_allowed_roots_is_refused() {
     client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "go"})).await;
     client.wait_state(&session, "completed").await;
     assert!(inside.join("j.txt").exists());
+    let (status, html) = page("/".to_owned()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains(&session) && !html.contains(&foreign), "{html}");
+    let (status, _) = page(format!("/web/sessions/{session}/fragment")).await;
+    assert_eq!(status, StatusCode::OK);
+    // Summaries carry `session_id` as creation answers it (and `id`, as before).
+    let (_, row) = client.get(&format!("/v1/sessions/{session}")).await;
+    assert_eq!(
+        (row["session_id"].as_str(), row["id"].as_str()),
+        (Some(&*session), Some(&*session))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -342,6 +342,7 @@ async fn create_session(
         reads,
         writes,
         forbid,
+        over_http: true,
         ..RunSettings::default()
     };
     let prepared =
@@ -369,13 +370,14 @@ async fn create_session(
     Ok((StatusCode::CREATED, axum::Json(json!({"session_id": session_id}))).into_response())
 }
 
-/// A session's summary: the listing's row with usage and cost from its ledger.
-async fn summary(host: &Host, row: &keel_contracts::SessionSummary) -> serde_json::Value {
-    let usage = match host.store.read(row.id, Seq(0)).await {
-        Ok(events) => ledger::usage(&events),
-        Err(_) => keel_contracts::UsageTotals::default(),
-    };
+/// A session's summary: the listing's row, usage and cost included (the store keeps
+/// them with the row). `session_id` and `id` are the same (`id` for older clients).
+/// Token counts include keel's estimates for responses whose usage the provider did not
+/// report: `estimated_tokens` of them, and `estimated` says whether any are.
+fn summary(host: &Host, row: &keel_contracts::SessionSummary) -> serde_json::Value {
+    let usage = &row.usage;
     json!({
+        "session_id": row.id,
         "id": row.id,
         "workspace": row.workspace,
         "model": row.model,
@@ -387,7 +389,10 @@ async fn summary(host: &Host, row: &keel_contracts::SessionSummary) -> serde_jso
         "last_seq": row.last_seq,
         "parent": row.parent,
         "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-                  "estimated_tokens": usage.estimated_tokens, "responses": usage.responses},
+                  "estimated_tokens": usage.estimated_tokens,
+                  "estimated": usage.estimated_tokens > 0 || usage.responses_without_usage > 0,
+                  "responses": usage.responses,
+                  "responses_without_usage": usage.responses_without_usage},
         "cost_usd": usage.cost_usd,
     })
 }
@@ -396,7 +401,7 @@ async fn summary(host: &Host, row: &keel_contracts::SessionSummary) -> serde_jso
 /// admits. A session of another workspace in the same `KEEL_HOME` (a `keel run` elsewhere,
 /// another host's roots) is not this host's to read, stream, answer or cancel: it answers
 /// 404, as if absent, and is left out of the list.
-fn visible(host: &super::state::Host, row: &keel_contracts::SessionSummary) -> bool {
+pub(crate) fn visible(host: &super::state::Host, row: &keel_contracts::SessionSummary) -> bool {
     std::path::Path::new(&row.workspace)
         .canonicalize()
         .is_ok_and(|workspace| host.admits(&workspace))
@@ -407,9 +412,8 @@ pub(crate) async fn visible_row(
     host: &super::state::Host,
     session_id: keel_contracts::SessionId,
 ) -> Result<keel_contracts::SessionSummary, ApiError> {
-    let rows = host.store.sessions().await.map_err(ApiError::internal)?;
-    rows.into_iter()
-        .find(|row| row.id == session_id && visible(host, row))
+    let row = host.store.session(session_id).await.map_err(ApiError::internal)?;
+    row.filter(|row| visible(host, row))
         .ok_or_else(|| ApiError::not_found(format!("no session {session_id}")))
 }
 
@@ -417,7 +421,7 @@ async fn list_sessions(State(state): State<AppState>) -> Result<Response, ApiErr
     let rows = state.host.store.sessions().await.map_err(ApiError::internal)?;
     let mut sessions = Vec::with_capacity(rows.len());
     for row in rows.iter().filter(|row| visible(&state.host, row)) {
-        sessions.push(summary(&state.host, row).await);
+        sessions.push(summary(&state.host, row));
     }
     Ok(axum::Json(json!({"sessions": sessions})).into_response())
 }
@@ -428,7 +432,7 @@ async fn get_session(
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
     let row = visible_row(&state.host, session_id).await?;
-    Ok(axum::Json(summary(&state.host, &row).await).into_response())
+    Ok(axum::Json(summary(&state.host, &row)).into_response())
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -455,6 +459,7 @@ async fn post_turn(
         max_tokens: body.max_tokens,
         max_cost_usd: body.max_cost_usd,
         max_time: body.max_time,
+        over_http: true,
         ..RunSettings::default()
     };
     let started = state.host.start(session_id, Job::Turn(body.input), settings).await?;
@@ -613,23 +618,28 @@ async fn answer_permission(
         }
     };
     let driven_here = host.drives(session_id, &events).await;
-    if !delivered && !driven_here && ledger::run_open(&events) {
-        // Another host (or process) drives the run and waits for the answer itself.
-        host.approvals.forget(session_id, &call_id);
-        return Err(ApiError::conflict(
-            "driven_elsewhere",
-            format!(
-                "session {session_id} is driven by another process; answer on the host that \
-                 runs it (or wait: a dead host's run is taken over within the lease time)"
-            ),
-        ));
-    }
     if !delivered && !driven_here {
-        // Nobody waits for it here (the host that asked stopped): resume the turn, whose
-        // run asks again and takes the answer kept for it.
+        // Nobody waits for it here: the host that asked stopped, or its run is still open
+        // under the lease of a process that died (this host restarted and has not taken
+        // it over yet). The answer is kept and the turn resumed here; its run asks again
+        // and takes the kept answer. A live process's lease refuses the resume: that
+        // process waits for the answer itself.
         if let Err(error) = host.start(session_id, Job::Resume, RunSettings::default()).await {
-            host.approvals.forget(session_id, &call_id);
-            return Err(error);
+            // Another start here (the takeover at boot) won the race: its run takes it.
+            if !host.is_active(session_id) {
+                host.approvals.forget(session_id, &call_id);
+                if ledger::run_open(&events) && error.status == StatusCode::CONFLICT {
+                    return Err(ApiError::conflict(
+                        "driven_elsewhere",
+                        format!(
+                            "session {session_id} is driven by another process; answer on \
+                             the host that runs it (or wait: a dead host's run is taken over \
+                             within the lease time)"
+                        ),
+                    ));
+                }
+                return Err(error);
+            }
         }
     }
     // The answer counts once the kernel recorded it.

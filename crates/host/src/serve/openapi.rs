@@ -22,10 +22,10 @@ pub(crate) const DOCUMENT: &str = r##"{
         "input": {"type": "string"}, "max_steps": {"type": "integer", "minimum": 1}, "max_tokens": {"type": "integer", "minimum": 1},
         "max_cost_usd": {"type": "number"}, "max_time": {"type": "string", "description": "500ms, 90s, 10m, 2h"}}},
       "Started": {"type": "object", "properties": {"turn_id": {"type": ["string", "null"]}, "run_id": {"type": ["string", "null"]}}},
-      "Session": {"type": "object", "properties": {"id": {"type": "string"}, "workspace": {"type": "string"}, "model": {"type": "string"}, "title": {"type": "string"},
+      "Session": {"type": "object", "properties": {"session_id": {"type": "string", "description": "as POST /v1/sessions answers it"}, "id": {"type": "string", "description": "the same as session_id (kept for older clients)"}, "workspace": {"type": "string"}, "model": {"type": "string"}, "title": {"type": "string"},
         "state": {"enum": ["idle", "running", "completed", "failed", "suspended", "cancelled", "denied", "sealed"]}, "active_here": {"type": "boolean"},
         "created_at": {"type": "string"}, "updated_at": {"type": "string"}, "last_seq": {"type": "integer"}, "parent": {"type": ["string", "null"]},
-        "usage": {"type": "object", "properties": {"input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}, "estimated_tokens": {"type": "integer"}, "responses": {"type": "integer"}}},
+        "usage": {"type": "object", "description": "token counts include keel's estimates where the provider reported none: estimated_tokens of them; estimated is true when any figure is an estimate", "properties": {"input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}, "estimated_tokens": {"type": "integer"}, "estimated": {"type": "boolean"}, "responses": {"type": "integer"}, "responses_without_usage": {"type": "integer"}}},
         "cost_usd": {"type": ["number", "null"]}}},
       "Pending": {"type": "object", "properties": {"call_id": {"type": "string"}, "tool": {"type": "string"}, "access": {"enum": ["read", "write"]}, "arguments": {}, "requested_seq": {"type": "integer"}}},
       "Answer": {"type": "object", "required": ["answer"], "additionalProperties": false, "properties": {"answer": {"enum": ["allow_once", "allow_session", "allow_exact", "deny"]}}}
@@ -87,6 +87,8 @@ pub(crate) const DOCUMENT: &str = r##"{
     "/v1/wakes/{wake_id}": {"post": {"parameters": [{"name": "wake_id", "in": "path", "required": true, "schema": {"type": "string"}}],
       "summary": "wake a run parked on wait: the first payload wins and the run resumes once; again, 200 with the first result",
       "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object", "additionalProperties": false, "properties": {"payload": {"description": "text (or JSON, sent as its text), at most 64 KiB; the run sees it fenced as untrusted data"}}}}}},
-      "responses": {"200": {"description": "{wake_id, session_id, payload, by, received_at}"}, "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"}}}}
+      "responses": {"200": {"description": "{wake_id, session_id, payload, by, received_at}"}, "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/web/logins": {"post": {"summary": "a new one-time login link for the web timeline (GET /), good once for five minutes (bearer token, or a logged-in browser's cookie with its CSRF header)",
+      "responses": {"201": {"description": "{path: /login?token=SECRET, expires_in_s}"}, "401": {"$ref": "#/components/responses/Error"}}}}
   }
 }"##;

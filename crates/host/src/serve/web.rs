@@ -345,7 +345,9 @@ async fn page(
 
 async fn render_page(state: &AppState, chosen: Option<&str>) -> Result<String, ApiError> {
     let host = &state.host;
-    let rows = host.store.sessions().await.map_err(ApiError::internal)?;
+    // The same sessions the API lists: those whose workspace the host admits.
+    let mut rows = host.store.sessions().await.map_err(ApiError::internal)?;
+    rows.retain(|row| super::api::visible(host, row));
     let chosen = match chosen {
         Some(id) => Some(
             rows.iter()
@@ -427,17 +429,16 @@ async fn fragment(
     let session_id = uuid::Uuid::try_parse(&id)
         .map(SessionId)
         .map_err(|_| ApiError::bad_request("a session id is a UUID (36 characters)"))?;
-    let rows = state.host.store.sessions().await.map_err(ApiError::internal)?;
-    let row = rows
-        .iter()
-        .find(|row| row.id == session_id)
+    let row = state.host.store.session(session_id).await.map_err(ApiError::internal)?;
+    let row = row
+        .filter(|row| super::api::visible(&state.host, row))
         .ok_or_else(|| ApiError::not_found(format!("no session {session_id}")))?;
     let events = state.host.events(session_id).await?;
     let after = Seq(query.after.unwrap_or(0));
     let body = json!({
         "entries": entries_html(&events, after),
         "approvals": approvals_html(session_id, &events),
-        "summary": summary_html(row, &events),
+        "summary": summary_html(&row, &events),
         "last_seq": events.last().map_or(0, |event| event.seq.0),
     });
     Ok(harden(axum::Json(body).into_response()))
@@ -493,6 +494,10 @@ fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
 
 fn summary_html(row: &SessionSummary, events: &[RuntimeEvent]) -> String {
     let usage = ledger::usage(events);
+    // Counts that include keel's own estimates (the provider did not report them) are
+    // marked so, never shown as exact.
+    let estimated = usage.estimated_tokens > 0 || usage.responses_without_usage > 0;
+    let (mark, note) = if estimated { ("~", " (estimated in part)") } else { ("", "") };
     let cost = match usage.cost_usd {
         Some(cost) => format!("${cost:.4}"),
         None => "cost unknown".to_owned(),
@@ -500,8 +505,8 @@ fn summary_html(row: &SessionSummary, events: &[RuntimeEvent]) -> String {
     format!(
         "<span class=\"state state-{state}\">{state}</span> · <span \
          class=\"workspace\">{workspace}</span> · <span class=\"model\">{model}</span> · \
-         <span class=\"usage\">{input} in / {output} out tokens</span> · <span \
-         class=\"cost\">{cost}</span>",
+         <span class=\"usage\">{mark}{input} in / {mark}{output} out tokens{note}</span> · \
+         <span class=\"cost\">{cost}</span>",
         state = text(row.status.as_str()),
         workspace = text(&row.workspace),
         model = text(&row.model),
@@ -598,9 +603,18 @@ fn entries_html(events: &[RuntimeEvent], after: Seq) -> String {
     out
 }
 
+/// A run's usage totals; counts that include keel's estimates are marked `~`.
 fn usage_text(usage: &Value) -> String {
     let n = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-    format!("{} in / {} out tokens", n("input_tokens"), n("output_tokens"))
+    if n("estimated_tokens") > 0 || n("responses_without_usage") > 0 {
+        format!(
+            "~{} in / ~{} out tokens (estimated in part)",
+            n("input_tokens"),
+            n("output_tokens")
+        )
+    } else {
+        format!("{} in / {} out tokens", n("input_tokens"), n("output_tokens"))
+    }
 }
 
 fn entry_html(out: &mut String, event: &RuntimeEvent) {
@@ -757,6 +771,16 @@ fn entry_html(out: &mut String, event: &RuntimeEvent) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn estimated_token_counts_are_marked_and_reported_ones_are_not() {
+        let reported = serde_json::json!({"input_tokens": 120, "output_tokens": 8,
+                                          "estimated_tokens": 0, "responses_without_usage": 0});
+        assert_eq!(usage_text(&reported), "120 in / 8 out tokens");
+        let estimated = serde_json::json!({"input_tokens": 120, "output_tokens": 8,
+                                           "estimated_tokens": 8, "responses_without_usage": 1});
+        assert_eq!(usage_text(&estimated), "~120 in / ~8 out tokens (estimated in part)");
+    }
 
     #[test]
     fn text_escapes_markup_and_shows_terminal_escapes() {

@@ -187,6 +187,11 @@ pub(super) async fn sessions_list_newest_first_with_status_and_title<F: StoreFac
     ));
     expected.push(summary(&idle_events, "/w/idle", "late title", SessionStatus::Idle, None));
     assert_eq!(must(store.sessions().await, "sessions"), expected);
+    // One row by id is the listing's row; an unknown id has none.
+    for row in &expected {
+        assert_eq!(must(store.session(row.id).await, "one session").as_ref(), Some(row));
+    }
+    assert_eq!(must(store.session(session(99)).await, "an unknown session"), None);
 }
 
 pub(super) async fn title_is_collapsed_and_truncated<F: StoreFactory>(factory: &F) {
