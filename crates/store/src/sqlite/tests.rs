@@ -315,7 +315,7 @@ async fn migrating_a_version_2_file_backfills_usage_once() {
         let connection = Connection::open(&path).unwrap();
         connection
             .execute_batch(
-                "DROP INDEX events_by_kind;
+                "DROP INDEX events_by_fact_kind;
                  ALTER TABLE sessions DROP COLUMN usage;
                  UPDATE schema_version SET version = 2;
                  UPDATE events SET body = '{not json' WHERE seq = 2 AND session_id = '00000000-0000-0000-0000-000000000002';",
