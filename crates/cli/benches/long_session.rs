@@ -4,7 +4,10 @@
 //! 1. Step time at step N: the time between consecutive model calls (projection, gate,
 //!    prepare, invoke, result and every append of the step), median of steps 50–250 versus
 //!    the median of the last 200, with an unknown context window (the kernel's 128 000-token
-//!    default) and with a known one (32 000 tokens).
+//!    default) and with a known one (32 000 tokens). Both as wall time and as the process's
+//!    CPU time over the same interval (`CLOCK_PROCESS_CPUTIME_ID`, every thread: the work a
+//!    step does, without the fsync waits and the other processes' load that swing the wall
+//!    time on a shared machine).
 //! 2. Peak RSS (`VmHWM` of `/proc/self/status`) after N steps, unknown window.
 //!
 //! Every measurement runs in its own child process (this binary re-executes itself), once
@@ -114,11 +117,22 @@ impl Tool for Noop {
     }
 }
 
-/// Records when each conversation request reached the model.
+/// The CPU time this process (all its threads) has used so far.
+#[allow(unsafe_code)]
+fn process_cpu_time() -> Duration {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid, writable timespec; the clock id is a constant Linux knows.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &raw mut now) };
+    assert_eq!(status, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID) failed");
+    Duration::new(u64::try_from(now.tv_sec).unwrap(), u32::try_from(now.tv_nsec).unwrap())
+}
+
+/// Records when each conversation request reached the model: the wall-clock instant and
+/// the process's CPU time.
 #[derive(Debug)]
 struct Timed {
     inner: ScriptedModel,
-    at: Arc<Mutex<Vec<Instant>>>,
+    at: Arc<Mutex<Vec<(Instant, Duration)>>>,
     summaries: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -133,7 +147,7 @@ impl ModelClient for Timed {
         on_delta: &(dyn Fn(StreamDelta) + Send + Sync),
     ) -> Result<ModelResponse, ModelError> {
         if request.purpose == RequestPurpose::Conversation {
-            self.at.lock().unwrap().push(Instant::now());
+            self.at.lock().unwrap().push((Instant::now(), process_cpu_time()));
         } else {
             self.summaries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -154,8 +168,9 @@ fn script(steps: usize) -> ScriptedModel {
 }
 
 /// Runs one turn of `steps` tool steps on a fresh SQLite ledger; returns the instants of
-/// the conversation model calls and the number of summary (compaction) calls.
-fn run(steps: usize, window: Option<u64>) -> (Vec<Instant>, u64) {
+/// the conversation model calls (wall clock, process CPU time) and the number of summary
+/// (compaction) calls.
+fn run(steps: usize, window: Option<u64>) -> (Vec<(Instant, Duration)>, u64) {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
     let store: Arc<dyn Store> =
@@ -241,16 +256,22 @@ fn step_times(steps: usize, window: Option<u64>) {
     let started = Instant::now();
     let (at, summaries) = run(steps, window);
     // Step i (1-based) is the time from model call i to model call i + 1.
-    let durations: Vec<Duration> = at.windows(2).map(|pair| pair[1] - pair[0]).collect();
-    let early = median(durations[49.min(durations.len())..250.min(durations.len())].to_vec());
-    let late = median(durations[durations.len().saturating_sub(200)..].to_vec());
+    let wall: Vec<Duration> = at.windows(2).map(|pair| pair[1].0 - pair[0].0).collect();
+    let cpu: Vec<Duration> = at.windows(2).map(|pair| pair[1].1 - pair[0].1).collect();
+    let early_late = |durations: &[Duration]| {
+        let early = median(durations[49.min(durations.len())..250.min(durations.len())].to_vec());
+        let late = median(durations[durations.len().saturating_sub(200)..].to_vec());
+        (early, late, late.as_secs_f64() / early.as_secs_f64().max(1e-9))
+    };
+    let (early, late, ratio) = early_late(&wall);
+    let (early_cpu, late_cpu, ratio_cpu) = early_late(&cpu);
     let label = window.map_or_else(|| "unknown".to_owned(), |w| format!("{w} tokens"));
     let allocator = if allocator::mimalloc() { "mimalloc" } else { "glibc" };
     println!(
         "long_session/step_time alloc={allocator} window={label} steps={steps}: median steps \
-         50-250 {early:.2?}, median last 200 {late:.2?}, ratio {:.2}x (whole run {:.1?}, \
-         {summaries} summary calls)",
-        late.as_secs_f64() / early.as_secs_f64().max(1e-9),
+         50-250 {early:.2?}, median last 200 {late:.2?}, ratio {ratio:.2}x; CPU {early_cpu:.2?} \
+         and {late_cpu:.2?}, ratio {ratio_cpu:.2}x (whole run {:.1?}, {summaries} summary \
+         calls)",
         started.elapsed()
     );
 }
@@ -306,13 +327,14 @@ fn main() {
             }
         }
     }
+    let rss_window = std::env::var("KEEL_BENCH_RSS_WINDOW").unwrap_or_else(|_| "unknown".into());
     let mut peaks: Vec<(&str, u64)> = Vec::new();
     for size in &rss_sizes {
         for allocator in &allocators {
             let started = Instant::now();
             let kib: u64 = child(&format!("rss:{size}"), allocator).parse().unwrap();
             println!(
-                "long_session/peak_rss alloc={allocator} steps={size} window=unknown: VmHWM \
+                "long_session/peak_rss alloc={allocator} steps={size} window={rss_window}: VmHWM \
                  {:.1} MiB ({:.1?})",
                 kib as f64 / 1024.0,
                 started.elapsed()

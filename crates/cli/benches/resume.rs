@@ -125,6 +125,20 @@ async fn copy(dir: &std::path::Path, events: &[RuntimeEvent]) -> std::path::Path
     for batch in events.chunks(2_000) {
         store.append(batch).await.unwrap();
     }
+    drop(store);
+    // The store's writer thread may still hold the connection, and closing it checkpoints
+    // the WAL (megabytes for the long session): finish that here, not inside the timed
+    // open. `TRUNCATE` waits for the other connection and leaves an empty WAL, as a file
+    // closed long before a `keel resume` is.
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    connection.busy_timeout(Duration::from_secs(30)).unwrap();
+    let (busy, _, _): (i64, i64, i64) = connection
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(busy, 0, "the WAL checkpoint of the copy did not complete");
+    drop(connection);
     path
 }
 

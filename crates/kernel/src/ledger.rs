@@ -36,6 +36,8 @@ use crate::{KernelError, Observer};
 
 /// Kinds of events kept in memory below the base: the session's facts, which the loop
 /// reads from the whole session (grants, the boundary, the turn and run being resumed).
+/// keel-store's SQLite indexes these kinds by kind (`INDEXED_KINDS`, a partial index): a
+/// kind added here is added there, in a new migration.
 pub(crate) const FACT_KINDS: &[&str] = &[
     "session_created",
     "session_sealed",

@@ -346,7 +346,9 @@ impl Store for SqliteStore {
             .await
     }
 
-    /// Through the index on `(session_id, kind, seq)`: only the selected records are read.
+    /// Through the partial index on `(session_id, kind, seq)` when every kind is one of the
+    /// facts and compactions it holds (only the selected records are read); other kinds
+    /// scan the session's events.
     ///
     /// # Errors
     ///
@@ -368,7 +370,8 @@ impl Store for SqliteStore {
         .await
     }
 
-    /// Through the index on `(session_id, kind, seq)`: one record is read.
+    /// Through the partial index on `(session_id, kind, seq)` for a fact or compaction kind
+    /// (one record is read); other kinds scan the session's events.
     ///
     /// # Errors
     ///
@@ -384,14 +387,20 @@ impl Store for SqliteStore {
     ) -> Result<Option<RuntimeEvent>, ReadError> {
         let kind = kind.to_owned();
         self.blocking(read_backend, move |connection| {
-            select_events(
-                connection,
-                session_id,
-                "SELECT seq, body FROM events INDEXED BY events_by_kind
-                 WHERE session_id = ?1 AND kind = ?2 ORDER BY seq DESC LIMIT 1",
-                &[&session_id.to_string(), &kind],
-            )
-            .map(|mut events| events.pop())
+            let sql = if schema::INDEXED_KINDS.contains(&kind.as_str()) {
+                format!(
+                    "SELECT seq, body FROM events INDEXED BY events_by_fact_kind
+                     WHERE session_id = ?1 AND kind = ?2 AND {}
+                     ORDER BY seq DESC LIMIT 1",
+                    schema::INDEXED_KINDS_TERM
+                )
+            } else {
+                "SELECT seq, body FROM events
+                 WHERE session_id = ?1 AND kind = ?2 ORDER BY seq DESC LIMIT 1"
+                    .to_owned()
+            };
+            select_events(connection, session_id, &sql, &[&session_id.to_string(), &kind])
+                .map(|mut events| events.pop())
         })
         .await
     }
@@ -702,7 +711,8 @@ fn read_events(
     )
 }
 
-/// The events of `kinds` at or below `up_to`, through the kind index.
+/// The events of `kinds` at or below `up_to`: through the partial kind index when every
+/// kind is one it holds ([`schema::INDEXED_KINDS`]).
 fn read_kinds(
     connection: &mut Connection,
     session_id: SessionId,
@@ -714,11 +724,21 @@ fn read_kinds(
     }
     let up_to = i64::try_from(up_to.0).unwrap_or(i64::MAX);
     let placeholders: Vec<String> = (0..kinds.len()).map(|i| format!("?{}", i + 3)).collect();
-    let sql = format!(
-        "SELECT seq, body FROM events INDEXED BY events_by_kind
-         WHERE session_id = ?1 AND seq <= ?2 AND kind IN ({}) ORDER BY seq",
-        placeholders.join(", ")
-    );
+    let indexed = kinds.iter().all(|kind| schema::INDEXED_KINDS.contains(&kind.as_str()));
+    let sql = if indexed {
+        format!(
+            "SELECT seq, body FROM events INDEXED BY events_by_fact_kind
+             WHERE session_id = ?1 AND seq <= ?2 AND kind IN ({}) AND {} ORDER BY seq",
+            placeholders.join(", "),
+            schema::INDEXED_KINDS_TERM
+        )
+    } else {
+        format!(
+            "SELECT seq, body FROM events
+             WHERE session_id = ?1 AND seq <= ?2 AND kind IN ({}) ORDER BY seq",
+            placeholders.join(", ")
+        )
+    };
     let session_key = session_id.to_string();
     let mut params: Vec<&dyn rusqlite::ToSql> = vec![&session_key, &up_to];
     params.extend(kinds.iter().map(|kind| kind as &dyn rusqlite::ToSql));

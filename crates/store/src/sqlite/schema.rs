@@ -85,7 +85,45 @@ const MIGRATIONS: &[&str] = &[
         received_at_ms INTEGER NOT NULL
     );
     ",
+    // 5: events by kind for the kinds read by kind only (issue #13): the index on every
+    // event cost each commit one more WAL page per kind per session, and a kernel step
+    // writes five kinds. See `INDEXED_KINDS`.
+    "
+    DROP INDEX events_by_kind;
+    CREATE INDEX events_by_fact_kind ON events (session_id, kind, seq) WHERE kind IN (
+        'session_created', 'session_sealed', 'plan_approved', 'turn_started', 'run_started',
+        'run_completed', 'run_failed', 'run_suspended', 'run_cancelled', 'run_denied',
+        'permission_settled', 'boundary_revised', 'compaction'
+    );
+    ",
 ];
+
+/// The kinds the partial index `events_by_fact_kind` holds (migration 5): the session's
+/// facts and compactions, which a resume reads by kind. Reads of other kinds are answered
+/// without an index on kind (a scan of the session's events).
+pub(crate) const INDEXED_KINDS: &[&str] = &[
+    "session_created",
+    "session_sealed",
+    "plan_approved",
+    "turn_started",
+    "run_started",
+    "run_completed",
+    "run_failed",
+    "run_suspended",
+    "run_cancelled",
+    "run_denied",
+    "permission_settled",
+    "boundary_revised",
+    "compaction",
+];
+
+/// The partial index's `WHERE` term, spelled exactly as in migration 5: SQLite uses a
+/// partial index only for a query whose `WHERE` contains that same term.
+pub(crate) const INDEXED_KINDS_TERM: &str = "kind IN (
+        'session_created', 'session_sealed', 'plan_approved', 'turn_started', 'run_started',
+        'run_completed', 'run_failed', 'run_suspended', 'run_cancelled', 'run_denied',
+        'permission_settled', 'boundary_revised', 'compaction'
+    )";
 
 /// The version whose migration added `sessions.usage`, which [`backfill_usage`] fills.
 const USAGE_VERSION: usize = 3;

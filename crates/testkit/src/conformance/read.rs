@@ -56,6 +56,10 @@ pub(super) async fn reads_by_kind_select_exactly_those_events<F: StoreFactory>(f
     assert_eq!(all.iter().map(|event| event.seq.0).collect::<Vec<_>>(), [1, 7, 9]);
     let bounded = must(store.read_kinds(s1, &kinds, Seq(8)).await, "read kinds up to 8");
     assert_eq!(bounded, expected[..2]);
+    // Kinds a store may not index (SQLite indexes facts and compactions only) read the same.
+    let mixed =
+        must(store.read_kinds(s1, &["model_requested", "turn_started"], Seq(7)).await, "mixed");
+    assert_eq!(mixed.iter().map(|event| event.seq.0).collect::<Vec<_>>(), [2, 3, 4, 5, 6, 7]);
     assert!(must(store.read_kinds(s1, &[], Seq(9)).await, "no kinds").is_empty());
     assert!(must(store.read_kinds(session(3), &kinds, Seq(9)).await, "unknown").is_empty());
 
