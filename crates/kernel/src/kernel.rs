@@ -938,6 +938,7 @@ impl Kernel {
                 }
                 if calls.is_parked() {
                     calls.answer_after_wait(&mut ledger, turn_id, run_id, call).await?;
+                    next += 1;
                     continue;
                 }
                 if cancelled || cancel.is_cancelled() {
