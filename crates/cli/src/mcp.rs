@@ -29,6 +29,9 @@ pub(crate) async fn list(workspace: Option<&Path>, json: bool) -> anyhow::Result
                 .display(),
             workspace.join(".keel/config.toml").display()
         );
+        if json {
+            outln!("{}", serde_json::json!({"servers": [], "tool_count": 0, "notes": []}));
+        }
         return Ok(exit::COMPLETED);
     }
     let started =

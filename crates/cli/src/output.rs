@@ -215,6 +215,14 @@ pub(crate) fn finish(
     match &report.outcome {
         TurnOutcome::Completed { .. } => {}
         TurnOutcome::Failed { .. } if !view_shown => eprintln!("keel: run failed: {reason}"),
+        TurnOutcome::Suspended { reason: why, .. } if why == keel_kernel::WAITING_REASON => {
+            // Only its wake resumes a waiting run; `keel resume` refuses it.
+            eprintln!(
+                "keel: run waiting on `wait`; `keel wake WAKE_ID [PAYLOAD]` resumes it (the wake \
+                 id is in `keel log {}`)",
+                report.session_id
+            );
+        }
         TurnOutcome::Suspended { .. } => {
             if !view_shown {
                 eprintln!("keel: run suspended ({reason}); a checkpoint was recorded");

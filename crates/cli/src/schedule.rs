@@ -46,7 +46,7 @@ pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
                 }
                 (None, Some(dir), Some(model)) => Target::Template {
                     workspace: canonical_workspace(Some(&dir))?.display().to_string(),
-                    model,
+                    model: absolute_script(model),
                     approval: match approval.unwrap_or(ApprovalArg::Deny) {
                         ApprovalArg::Ask => keel_contracts::ApprovalMode::Ask,
                         ApprovalArg::Auto => keel_contracts::ApprovalMode::Auto,
@@ -143,5 +143,17 @@ async fn resolve(schedules: &Arc<dyn Schedules>, prefix: &str) -> anyhow::Result
         [one] => Ok(*one),
         [] => Err(usage(format!("no schedule {prefix}"))),
         _ => Err(usage(format!("{prefix} names several schedules; give more of the id"))),
+    }
+}
+
+/// A `scripted:` model with a relative path names it from here, as `keel run` does: the
+/// host that fires the schedule may run in another folder.
+fn absolute_script(model: String) -> String {
+    match model.strip_prefix("scripted:") {
+        Some(path) if std::path::Path::new(path).is_relative() => match std::env::current_dir() {
+            Ok(dir) => format!("scripted:{}", dir.join(path).display()),
+            Err(_) => model,
+        },
+        _ => model,
     }
 }

@@ -295,6 +295,15 @@ impl Rule {
             // workspace and deny nothing the user meant.
             return Err(error("'~' is not expanded in a path pattern; write the path in full"));
         }
+        if path_tool
+            && pattern.as_deref().is_some_and(|pattern| pattern.contains(['"', '\'', '$', '\\']))
+        {
+            // Taken literally, `"secret/**"`, `$PWD/secret/**` or `secret\key` name no
+            // file the user meant: a deny that denies nothing.
+            return Err(error(
+                "quotes, '$' and '\\' are not expanded in a path pattern; write the path as it is",
+            ));
+        }
         Ok(Rule { text: trimmed.to_owned(), tool: tool.to_owned(), pattern })
     }
 
@@ -850,9 +859,18 @@ rm x",
 
     #[test]
     fn parse_errors() {
-        for bad in
-            ["", "bash(", "bash()", "bash(  )", "two words(x)", "path(~/.ssh/**)", "read_file(~)"]
-        {
+        for bad in [
+            "",
+            "bash(",
+            "bash()",
+            "bash(  )",
+            "two words(x)",
+            "path(~/.ssh/**)",
+            "read_file(~)",
+            "read_file(\"secret/**\")",
+            "path($PWD/x)",
+            "read_file(a\\b)",
+        ] {
             assert!(Rule::parse(bad).is_err(), "{bad:?}");
         }
     }

@@ -325,7 +325,7 @@ async fn oracle(
         "{}\n--- stdout ---\n{}\n--- stderr ---\n{}\n",
         output.termination, output.stdout.text, output.stderr.text
     );
-    let _ = std::fs::write(mounts.logs.join("agent").join("oracle.txt"), log);
+    write_log(&mounts.logs.join("agent"), "oracle.txt", log.as_bytes());
     let timed_out = matches!(output.termination, Termination::TimedOut { .. });
     Ok(AgentPhase {
         timed_out,
@@ -453,6 +453,27 @@ async fn agent(
     Ok(phase)
 }
 
+/// Writes keel's own log `name` into `dir`, a folder the task's sandboxed scripts could
+/// write: they may have left a link (symbolic or hard) at `dir/name`, or put a link in
+/// place of `dir`, which a plain write would follow out of the experiment, writing the
+/// user's files with the script's output. So `dir` must still be a real folder (else the
+/// log is not written), whatever is at `name` is unlinked first, and the file is created
+/// anew (`O_CREAT|O_EXCL`, which never follows a link). Best effort: a log that cannot be
+/// written is left out.
+fn write_log(dir: &Path, name: &str, bytes: &[u8]) {
+    use std::io::Write;
+    if !dir.symlink_metadata().is_ok_and(|meta| meta.is_dir()) {
+        return;
+    }
+    let path = dir.join(name);
+    if path.symlink_metadata().is_ok() && std::fs::remove_file(&path).is_err() {
+        return;
+    }
+    if let Ok(mut file) = std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        let _ = file.write_all(bytes);
+    }
+}
+
 /// Runs `tests/test.sh` and reads its reward.
 async fn verify(
     task: &Task,
@@ -470,8 +491,8 @@ async fn verify(
         .await
         .map_err(|error| sandbox_failure("tests/test.sh", &error))?;
     let verifier_logs = mounts.logs.join("verifier");
-    let _ = std::fs::write(verifier_logs.join("test-stdout.txt"), &output.stdout.text);
-    let _ = std::fs::write(verifier_logs.join("test-stderr.txt"), &output.stderr.text);
+    write_log(&verifier_logs, "test-stdout.txt", output.stdout.text.as_bytes());
+    write_log(&verifier_logs, "test-stderr.txt", output.stderr.text.as_bytes());
     if let Termination::TimedOut { after } = output.termination {
         return Err(verifier_error(format!(
             "tests/test.sh timed out after {} s",
@@ -491,6 +512,11 @@ async fn verify(
 /// Why there is no usable reward: no file, not a regular file (a FIFO, a link), too
 /// large, not a finite number.
 pub fn read_reward(verifier_logs: &Path) -> Result<f64, String> {
+    // The verifier could have put a link in place of its folder: the reward is read only
+    // from the folder keel made.
+    if !verifier_logs.symlink_metadata().is_ok_and(|meta| meta.is_dir()) {
+        return Err("logs/verifier is no longer a folder (the verifier replaced it)".into());
+    }
     let text_path = verifier_logs.join("reward.txt");
     let json_path = verifier_logs.join("reward.json");
     let read = |path: &Path| environment::read_regular(path, MAX_REWARD_BYTES);

@@ -426,7 +426,14 @@ fn keel_home_rule(workspace: &Path) -> anyhow::Result<Option<Rule>> {
         )));
     };
     let pattern = if relative.is_empty() { "." } else { relative };
-    Ok(Rule::parse(&format!("path({pattern})")).ok())
+    // A name a rule cannot spell (quotes, `$`, a leading `~`) is refused, never left shown.
+    Rule::parse(&format!("path({pattern})")).map(Some).map_err(|_| {
+        usage(format!(
+            "KEEL_HOME ({}) is inside the workspace under a name keel cannot hide; \
+             move KEEL_HOME or pick another workspace",
+            home.display()
+        ))
+    })
 }
 
 /// The endpoint for a run (what the provider gets, and what the ledger records).

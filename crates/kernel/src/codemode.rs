@@ -120,11 +120,14 @@ impl CellReport {
             ));
         }
         if let Some(returned) = &self.returned {
+            let returned = capped(returned, limits.output_bytes);
             text.push_str(&format!("[returned] {returned}\n"));
         }
         let ending = match &self.end {
             CellEnd::Completed => None,
-            CellEnd::Threw(error) => Some(format!("error: the program failed: {error}")),
+            CellEnd::Threw(error) => {
+                Some(format!("error: the program failed: {}", capped(error, limits.output_bytes)))
+            }
             CellEnd::CpuLimit => Some(format!(
                 "error: the program ran out of CPU time (limit {} ms) and was stopped",
                 limits.cpu.as_millis()
@@ -355,6 +358,28 @@ fn install_bridges(
     Ok(())
 }
 
+/// The most bytes of JSON arguments one `tools.NAME(args)` may pass (1 MiB): each call's
+/// arguments are recorded in the ledger, so a loop must not turn a few lines of program
+/// into gigabytes of it.
+const MAX_ARGUMENT_BYTES: usize = 1024 * 1024;
+
+/// `text` cut to at most `limit` bytes (on a character boundary), with a note of how much
+/// was dropped: a returned value or an error's text is bounded like `print`.
+fn capped(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= limit {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}… [keel: capped at {limit} bytes; {} more bytes were dropped]",
+        &text[..end],
+        text.len() - end
+    ))
+}
+
 /// One `tools.NAME(args)`: handed to the kernel, answered with the result text. Never
 /// throws: a refusal, an error or a limit is text the program reads.
 fn call_tool(
@@ -375,6 +400,13 @@ fn call_tool(
             );
         }
         meter.calls += 1;
+    }
+    if arguments.len() > MAX_ARGUMENT_BYTES {
+        return format!(
+            "error: the arguments are {} bytes, over the {MAX_ARGUMENT_BYTES}-byte limit of a \
+             call from a program; this call was not made",
+            arguments.len()
+        );
     }
     let arguments = match serde_json::from_str(arguments) {
         Ok(arguments) => arguments,
@@ -499,6 +531,17 @@ mod tests {
         assert!(report.printed.len() <= 100);
         assert_eq!(report.printed.len() as u64 + report.dropped_bytes, 11_000);
         assert!(report.text(&limits).contains("output capped at 100 bytes"));
+    }
+
+    /// A returned value and a thrown error's text are bounded like `print`.
+    #[test]
+    fn returned_values_and_errors_are_capped_too() {
+        let limits = CodeLimits { output_bytes: 100, ..CodeLimits::default() };
+        let returned = run("return 'r'.repeat(100000);", limits).text(&limits);
+        assert!(returned.len() < 400 && returned.contains("capped at 100 bytes"), "{returned}");
+        let thrown = run("throw new Error('y'.repeat(100000));", limits).text(&limits);
+        assert!(thrown.len() < 400 && thrown.contains("capped at 100 bytes"), "{thrown}");
+        assert_eq!(capped("ééé", 3), "é… [keel: capped at 3 bytes; 4 more bytes were dropped]");
     }
 
     #[test]

@@ -88,6 +88,9 @@ impl Connection {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .reinit_on_expired_session(true)
                     .custom_headers(header_map(headers)?);
+                // A server may echo what it got into its error body: the user's header
+                // values and token never reach keel's report of it.
+                let mut secrets: Vec<String> = headers.0.values().cloned().collect();
                 if let Some(variable) = bearer_token_env {
                     let token = options
                         .bearer_tokens
@@ -95,6 +98,7 @@ impl Connection {
                         .get(variable)
                         .filter(|token| !token.is_empty())
                         .ok_or_else(|| ConnectError::MissingToken { variable: variable.clone() })?;
+                    secrets.push(token.clone());
                     config = config.auth_header(token.clone());
                 }
                 let client = KeelHttpClient::new().map_err(|error| ConnectError::Initialize {
@@ -108,7 +112,10 @@ impl Connection {
                     if needs_authorization(&error) {
                         ConnectError::AuthorizationRequired
                     } else {
-                        initialize_error(&error)
+                        ConnectError::Initialize {
+                            message: redacted(describe(&error), &secrets),
+                            stderr_tail: tail(),
+                        }
                     }
                 })?;
                 Ok(Connection::new(service, None, Some(session_lost), Some(last_error)))
@@ -177,6 +184,14 @@ impl Connection {
 }
 
 /// The configured headers as reqwest's types (validated with the config already).
+/// `text` with every non-empty `secret` replaced by `<redacted>`.
+fn redacted(mut text: String, secrets: &[String]) -> String {
+    for secret in secrets.iter().filter(|secret| !secret.is_empty()) {
+        text = text.replace(secret.as_str(), "<redacted>");
+    }
+    text
+}
+
 fn header_map(headers: &HttpHeaders) -> Result<HashMap<HeaderName, HeaderValue>, ConnectError> {
     let mut map = HashMap::new();
     for (name, value) in &headers.0 {
@@ -240,6 +255,13 @@ pub(crate) const OFFERED_PROTOCOL_VERSION: ProtocolVersion =
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_users_secrets_are_redacted_from_error_text() {
+        let secrets = ["t0ken".to_owned(), String::new(), "hdr".to_owned()];
+        let text = super::redacted("bad token: Bearer t0ken key=hdr".to_owned(), &secrets);
+        assert_eq!(text, "bad token: Bearer <redacted> key=<redacted>");
+    }
+
     use super::*;
 
     #[test]

@@ -41,13 +41,18 @@ impl KeelHttpClient {
     /// A client that keeps no idle connections: every request opens its own, so a server
     /// that restarted is never reached through a dead kept-alive socket (where a POST
     /// fails without telling whether the server got it); a request that cannot connect
-    /// was never sent.
+    /// was never sent. Redirects are not followed: the user's `headers` and bearer token
+    /// go to the URL the user configured and nowhere else (reqwest keeps custom headers
+    /// across a redirect to another host), so a 3xx is an HTTP error like any other.
     ///
     /// # Errors
     ///
     /// reqwest's, when its TLS setup fails.
     pub(crate) fn new() -> Result<KeelHttpClient, reqwest::Error> {
-        let inner = reqwest::Client::builder().pool_max_idle_per_host(0).build()?;
+        let inner = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
         Ok(KeelHttpClient { inner, session_lost: Arc::default(), last_error: Arc::default() })
     }
 

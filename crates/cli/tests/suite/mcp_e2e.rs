@@ -246,3 +246,14 @@ fn mcp_list_json_has_every_server_and_tool() {
     assert_eq!(report["tool_count"], serde_json::json!(tools.len()));
     assert_eq!(report["notes"], serde_json::json!([]));
 }
+
+/// With no servers configured, `--json` is still one JSON object on stdout.
+#[test]
+fn mcp_list_json_without_servers_is_still_json() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let output = env.run(&["mcp", "list", "--json", "-C", workspace.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_eq!(report, serde_json::json!({"servers": [], "tool_count": 0, "notes": []}));
+}

@@ -761,6 +761,8 @@ fn a_parked_keel_run_exits_3_and_names_its_wake_and_bad_schedules_are_usage_erro
     assert_eq!(parked.status.code(), Some(3), "{}", stderr(&parked));
     let shown = format!("{}{}", stdout(&parked), stderr(&parked));
     assert!(shown.contains("keel wake wake_"), "{shown}");
+    // The hint is the wake, never `keel resume` (which refuses a waiting run).
+    assert!(!shown.contains("continue with `keel resume"), "{shown}");
     let session = sessions(&env, &[]).remove(0);
     let wake_id = wake_id_of(&ledger(&env, &[], &session));
     let woken = env.run(&["wake", &wake_id, "go"]);

@@ -90,7 +90,7 @@ fn a_run_shows_one_line_per_call_and_its_log_reads_the_same() {
             │ [stderr]
             │ FAIL: test_four
           ✗ write_file /etc/keel-terminal-test · refused: approval=sandboxed: write_file writes outside the workspace, and no terminal to ask
-        ✓ completed · ~16,110 in / ~97 out tokens (16,207 estimated) · 5 model calls · cost unknown · <T>"#]]
+        ✓ completed · ~17,165 in / ~97 out tokens (17,262 estimated) · 5 model calls · cost unknown · <T>"#]]
     .assert_eq(&redact(&err, &names));
 
     // Replay: `keel log` is the same projection, with the answer where it was given.

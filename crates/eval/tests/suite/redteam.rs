@@ -130,3 +130,41 @@ async fn redteam_eval_agent_cannot_read_the_verifier_or_the_solution() {
     assert_eq!(trajectory["steps"][2]["tool_calls"][0]["function_name"], "read_file");
     assert_ne!(read["extra"]["outcome"], "ok", "read_file outside the workspace: {read}");
 }
+
+/// keel writes the scripts' output into `logs/` after they ran: a link a hostile verifier
+/// or solution left there (at the log's name, or in place of the folder) is never
+/// followed, so the task cannot write the user's files with its own output.
+#[tokio::test]
+async fn redteam_eval_links_left_in_logs_never_carry_keels_writes_out() {
+    let lab = Lab::new();
+    let dataset = lab.dataset();
+    let victim = lab.scratch.path().join("victim.rc");
+    let victim_dir = lab.scratch.path().join("victim-dir");
+    std::fs::write(&victim, "the user's own file\n").unwrap();
+    std::fs::create_dir_all(&victim_dir).unwrap();
+    let (victim_text, victim_dir_text) = (victim.display(), victim_dir.display());
+    TaskBuilder::new(&dataset, "file-link")
+        .file(
+            "tests/test.sh",
+            &format!(
+                "ln -sf {victim_text} /logs/verifier/test-stdout.txt\necho PWNED-BY-TASK\n\
+                 echo 1 > /logs/verifier/reward.txt\n"
+            ),
+        )
+        .file("solution/solve.sh", &format!("ln -sf {victim_text} /logs/agent/oracle.txt\n"));
+    TaskBuilder::new(&dataset, "dir-link").file(
+        "tests/test.sh",
+        &format!(
+            "echo 1 > /logs/verifier/reward.txt\nmv /logs/verifier /logs/moved\n\
+             ln -s {victim_dir_text} /logs/verifier\necho PWNED-BY-TASK\n"
+        ),
+    );
+    TaskBuilder::new(&dataset, "neighbour");
+    let (_, records) = lab.run(&dataset, &["oracle"], 1).await;
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the user's own file\n");
+    let planted: Vec<_> = std::fs::read_dir(&victim_dir).unwrap().collect();
+    assert!(planted.is_empty(), "{planted:?}");
+    let linked = by_task(&records, "file-link", "oracle")[0];
+    assert_eq!(linked.class, Class::Passed, "{linked:?}");
+    assert_eq!(by_task(&records, "neighbour", "oracle")[0].class, Class::Passed);
+}

@@ -408,3 +408,41 @@ async fn an_http_error_on_a_call_ends_that_call_at_once_with_its_status() {
     assert!(output.content.contains("500"), "{}", output.content);
     assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
 }
+
+/// A server that answers with a redirect to another host does not get the user's headers
+/// sent there: keel follows no redirect (reqwest would keep custom headers across it).
+#[tokio::test]
+async fn redteam_mcp_a_redirect_never_carries_the_users_headers_elsewhere() {
+    let server = HttpEverything::start();
+    let elsewhere = RecordingRelay::start(server.port).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let redirecting = listener.local_addr().unwrap().port();
+    let target = elsewhere.port;
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut buffer = vec![0_u8; 65536];
+            let _ = stream.read(&mut buffer).await;
+            let answer = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:{target}/mcp\r\n\
+                 Content-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        }
+    });
+    let scratch = Scratch::new();
+    let variable = "KEEL_MCP_TEST_REDIRECT_TOKEN";
+    let config = format!(
+        "url = \"http://127.0.0.1:{redirecting}/mcp\"\nbearer_token_env = \"{variable}\"\n\
+         headers = {{ X-Api-Key = \"hdr-s3cret\" }}"
+    );
+    let mut options = scratch.options();
+    options.bearer_tokens.0.insert(variable.to_owned(), "t0ken-s3cret".to_owned());
+    let servers = McpServers::start(vec![super::support::spec("remote", &config)], options).await;
+    assert!(
+        matches!(servers.statuses()[0].state, ServerState::Failed { .. }),
+        "{:?}",
+        servers.statuses()
+    );
+    assert!(elsewhere.heads().is_empty(), "{:?}", elsewhere.heads());
+}
