@@ -877,9 +877,12 @@ rm x",
 
     #[test]
     fn a_rule_names_its_tool() {
-        for (text, tool) in
-            [("bash(git status*)", "bash"), ("path(secrets/**)", "path"), ("grep", "grep")]
-        {
+        for (text, tool) in [
+            ("bash(git status*)", "bash"),
+            ("path(secrets/**)", "path"),
+            ("grep", "grep"),
+            ("bash(echo \"$HOME\" ~ a\\b)", "bash"),
+        ] {
             assert_eq!(Rule::parse(text).unwrap().tool(), tool, "{text}");
         }
     }
