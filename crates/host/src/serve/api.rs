@@ -345,11 +345,29 @@ async fn create_session(
         over_http: true,
         ..RunSettings::default()
     };
+    let session_id = new_session(host, &workspace, &settings, approval).await?;
+    Ok((StatusCode::CREATED, axum::Json(json!({"session_id": session_id}))).into_response())
+}
+
+/// Creates a hosted session in `workspace` (canonical, already admitted) with `settings`:
+/// the one composition root assembles it (config, trust, tools), the envelope's tool names
+/// are checked, and the session's approval mode is remembered for its runs. Used by
+/// `POST /v1/sessions` and by schedules that start a new session per fire.
+///
+/// # Errors
+///
+/// An [`ApiError`] for an invalid setting or config (400), a kernel or store failure.
+pub(crate) async fn new_session(
+    host: &Host,
+    workspace: &std::path::Path,
+    settings: &RunSettings,
+    approval: ApprovalMode,
+) -> Result<SessionId, ApiError> {
     let prepared =
-        root::prepare(&host.home, &workspace, &settings, None, &host.store, Some(host.person()))
+        root::prepare(&host.home, workspace, settings, None, &host.store, Some(host.person()))
             .map_err(ApiError::from_root)?;
     let assembly =
-        root::assemble(prepared, &host.home, &workspace, host.store.clone(), host.observer())
+        root::assemble(prepared, &host.home, workspace, host.store.clone(), host.observer())
             .await
             .map_err(ApiError::from_root)?;
     root::check_tool_names(&assembly.kernel, &assembly.resolved.envelope)
@@ -358,7 +376,7 @@ async fn create_session(
     let session_id = assembly
         .kernel
         .create_session(&SessionConfig {
-            workspace: workspace.clone(),
+            workspace: workspace.to_path_buf(),
             model_spec: resolved.model_spec.clone(),
             envelope: resolved.envelope.clone(),
             mode: resolved.mode,
@@ -367,7 +385,7 @@ async fn create_session(
         .await
         .map_err(ApiError::from_kernel)?;
     host.remember_approval(session_id, approval).map_err(ApiError::internal)?;
-    Ok((StatusCode::CREATED, axum::Json(json!({"session_id": session_id}))).into_response())
+    Ok(session_id)
 }
 
 /// A session's summary: the listing's row, usage and cost included (the store keeps

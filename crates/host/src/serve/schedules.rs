@@ -15,7 +15,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, post};
 use chrono::{DateTime, Utc};
 use keel_contracts::{ApprovalMode, EventKind, RuntimeEvent, Seq, SessionId, SessionStatus, Store};
-use keel_kernel::SessionConfig;
 use keel_store::{ScheduleRow, Schedules, WakeRow};
 use serde::Deserialize;
 use serde_json::json;
@@ -167,29 +166,7 @@ async fn create_session(
     let workspace = root::canonical_workspace(Some(&canonical)).map_err(ApiError::from_root)?;
     let settings =
         RunSettings { model: Some(model.to_owned()), approval: Some(approval), ..settings.clone() };
-    let prepared =
-        root::prepare(&host.home, &workspace, &settings, None, &host.store, Some(host.person()))
-            .map_err(ApiError::from_root)?;
-    let assembly =
-        root::assemble(prepared, &host.home, &workspace, host.store.clone(), host.observer())
-            .await
-            .map_err(ApiError::from_root)?;
-    root::check_tool_names(&assembly.kernel, &assembly.resolved.envelope)
-        .map_err(ApiError::from_root)?;
-    let resolved = &assembly.resolved;
-    let session_id = assembly
-        .kernel
-        .create_session(&SessionConfig {
-            workspace: workspace.clone(),
-            model_spec: resolved.model_spec.clone(),
-            envelope: resolved.envelope.clone(),
-            mode: resolved.mode,
-            base_url: resolved.recorded_base_url.clone(),
-        })
-        .await
-        .map_err(ApiError::from_kernel)?;
-    host.remember_approval(session_id, approval).map_err(ApiError::internal)?;
-    Ok(session_id)
+    super::api::new_session(host, &workspace, &settings, approval).await
 }
 
 /// Appends `schedule_fired` to the session (no turn, no run), retrying when another
