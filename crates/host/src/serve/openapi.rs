@@ -16,7 +16,7 @@ pub(crate) const DOCUMENT: &str = r##"{
         "model": {"type": "string", "description": "openai:MODEL | openai-responses:MODEL | anthropic:MODEL | scripted:PATH"},
         "base_url": {"type": "string"},
         "envelope": {"type": "object", "additionalProperties": false, "properties": {"reads": {"$ref": "#/components/schemas/Scope"}, "writes": {"$ref": "#/components/schemas/Scope"}, "forbid": {"$ref": "#/components/schemas/Scope"}}},
-        "mode": {"enum": ["live", "shadow"]},
+        "mode": {"enum": ["live", "shadow", "plan"]},
         "approval": {"enum": ["ask", "auto", "sandboxed", "deny"], "description": "ask (default): consent is asked over this API"}}},
       "Turn": {"type": "object", "required": ["input"], "additionalProperties": false, "properties": {
         "input": {"type": "string"}, "max_steps": {"type": "integer", "minimum": 1}, "max_tokens": {"type": "integer", "minimum": 1},
