@@ -229,6 +229,22 @@ mod tests {
         }
     }
 
+    /// Plan mode runs keel's own tools and reads; a write, whatever else it is, waits for
+    /// the approved plan.
+    #[test]
+    fn plan_mode_runs_intrinsic_tools_and_reads_only() {
+        let cases = [
+            (Access::Read, false, true),
+            (Access::Write, false, false),
+            (Access::Write, true, true),
+            (Access::Read, true, true),
+        ];
+        for (access, intrinsic, runs) in cases {
+            let tool = spec("t", access, Egress::None, intrinsic, false);
+            assert_eq!(executes_in_plan(&tool), runs, "{access:?} intrinsic={intrinsic}");
+        }
+    }
+
     /// (tool, access, intrinsic, reads, writes, forbidden, expected answer)
     type Case<'a> = (&'a str, Access, bool, &'a str, &'a str, &'a [&'a str], Authorization);
 
