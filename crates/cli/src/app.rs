@@ -418,24 +418,9 @@ async fn wake(wake_id: &str, payload: Option<String>, options: RunOptions) -> an
     };
     keel_host::failpoints::host_point("wake_claimed").await;
     let head = session_head(&store, session_id).await?;
-    let Some(EventKind::SessionCreated { workspace, .. }) = head.first().map(|e| &e.kind) else {
-        bail!("session {session_id} has no session_created event");
-    };
-    let Some(facts) = SessionFacts::of(&head) else {
-        bail!("session {session_id} has no session_created event");
-    };
     crate::seal::refuse_sealed(session_id, &head)?;
-    let workspace = canonical_workspace(Some(Path::new(workspace)))?;
-    let prepared = root::prepare(
-        &home,
-        &workspace,
-        &settings(&options),
-        Some(&facts),
-        &store,
-        terminal_person(),
-    )?;
     let Assembly { kernel, resolved, outbox, mcp } =
-        root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
+        assemble_for(&home, store, session_id, &head, &options).await?;
     let cancel = cancel_on_ctrl_c();
     let answer = keel_host::schedule::answer_of(&stored);
     let report = kernel.wake(session_id, wake_id, &answer, &resolved.run, &cancel).await;
@@ -456,27 +441,39 @@ async fn wake(wake_id: &str, payload: Option<String>, options: RunOptions) -> an
     ))
 }
 
-async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> anyhow::Result<u8> {
-    let (home, store) = open_store().await?;
-    let session_id = session.resolve(&store).await?;
-    let events = session_head(&store, session_id).await?;
-    let Some(EventKind::SessionCreated { workspace, .. }) = events.first().map(|e| &e.kind) else {
+/// The assembly that continues an existing session (`keel wake`, `keel compact`): its
+/// workspace and model from `head`'s `session_created`, the settings from `options`.
+async fn assemble_for(
+    home: &Path,
+    store: Arc<dyn Store>,
+    session_id: SessionId,
+    head: &[keel_contracts::RuntimeEvent],
+    options: &RunOptions,
+) -> anyhow::Result<Assembly> {
+    let Some(EventKind::SessionCreated { workspace, .. }) = head.first().map(|e| &e.kind) else {
         bail!("session {session_id} has no session_created event");
     };
-    let Some(facts) = SessionFacts::of(&events) else {
+    let Some(facts) = SessionFacts::of(head) else {
         bail!("session {session_id} has no session_created event");
     };
-    let workspace = canonical_workspace(Some(Path::new(workspace)))?;
+    let workspace = canonical_workspace(Some(Path::new(&workspace)))?;
     let prepared = root::prepare(
-        &home,
+        home,
         &workspace,
-        &settings(&options),
+        &settings(options),
         Some(&facts),
         &store,
         terminal_person(),
     )?;
+    root::assemble(prepared, home, &workspace, store, printer(options)).await
+}
+
+async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> anyhow::Result<u8> {
+    let (home, store) = open_store().await?;
+    let session_id = session.resolve(&store).await?;
+    let events = session_head(&store, session_id).await?;
     let Assembly { kernel, resolved, outbox, mcp } =
-        root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
+        assemble_for(&home, store, session_id, &events, &options).await?;
     let cancel = cancel_on_ctrl_c();
     let compacted = kernel.compact_session(session_id, &resolved.run, &cancel).await;
     outbox.finish().await;
