@@ -80,3 +80,72 @@ async fn issue_12_the_guard_survives_a_resume_of_the_turn() {
     assert!(results[3].1.contains(BLOCKED), "{:?}", results[3]);
     assert_eq!(harness.invocations().len(), 3, "the blocked call never reached the tool");
 }
+
+#[tokio::test]
+async fn a_failing_read_beside_other_reads_counts_as_often_as_one_run_alone() {
+    // The same failing read four times: alone in its step (settled on its own), and beside
+    // a succeeding read (the two run side by side). Both are blocked at the fourth.
+    let broken = r#"{"name":"broken","arguments":{}}"#;
+    let read = r#"{"name":"read","arguments":{"path":"a"}}"#;
+    for beside in [false, true] {
+        let harness = Harness::new();
+        let calls = if beside { format!("{broken},{read}") } else { broken.to_owned() };
+        let script = repeated(
+            &calls,
+            4,
+            &format!(r#"{{"text":"gave up","expect":{{"contains":"{BLOCKED}"}}}}"#),
+        );
+        let (report, _) = harness.run(&script, "go").await;
+        assert_eq!(report.outcome, TurnOutcome::Completed { text: "gave up".into() });
+        let session = harness.store.sessions().await.unwrap()[0].id;
+        let results = outcomes(&harness.events(session).await);
+        let per_step = if beside { 2 } else { 1 };
+        assert_eq!(results.len(), 4 * per_step, "{results:?}");
+        let failing: Vec<_> = results.iter().step_by(per_step).collect();
+        for (step, (outcome, text)) in failing.iter().enumerate() {
+            assert_eq!(*outcome, Outcome::Error, "beside={beside} step {step}: {text}");
+            assert_eq!(text.contains(BLOCKED), step == 3, "beside={beside} step {step}: {text}");
+        }
+        // The neighbour: the succeeding read is never counted, so never blocked.
+        if beside {
+            for (outcome, text) in results.iter().skip(1).step_by(2) {
+                assert_eq!((*outcome, text.as_str()), (Outcome::Ok, "contents of a"));
+            }
+        }
+        let invoked = harness.invocations();
+        assert_eq!(invoked.iter().filter(|i| i.starts_with("broken ")).count(), 3, "{invoked:?}");
+        assert_eq!(invoked.iter().filter(|i| i.starts_with("read ")).count(), 4 * (per_step - 1));
+    }
+}
+
+#[tokio::test]
+async fn a_wait_with_invalid_arguments_counts_toward_the_guard() {
+    let harness = Harness::new();
+    let call = r#"{"name":"wait","arguments":{"event":"ci","timeout":"forever"}}"#;
+    let script =
+        repeated(call, 4, &format!(r#"{{"text":"gave up","expect":{{"contains":"{BLOCKED}"}}}}"#));
+    let kernel = harness.kernel(&script).with_wait().unwrap();
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "gave up".into() });
+    let events = harness.events(session).await;
+    assert_eq!(keel_kernel::waiting(&events), None, "no call parked the run");
+    let results = outcomes(&events);
+    assert_eq!(results.len(), 4, "{results:?}");
+    assert!(results.iter().all(|(outcome, _)| *outcome == Outcome::Error), "{results:?}");
+    assert!(results[..3].iter().all(|(_, text)| !text.contains(BLOCKED)), "{results:?}");
+    assert!(results[3].1.contains(BLOCKED), "{:?}", results[3]);
+    // The neighbour: a valid wait after the failures still parks the run.
+    let harness = Harness::new();
+    let good = r#"{"name":"wait","arguments":{"event":"ci","timeout":"10m"}}"#;
+    let script = format!(
+        r#"{{"steps":[{{"tool_calls":[{call}]}},{{"tool_calls":[{call}]}},{{"tool_calls":[{call}]}},{{"tool_calls":[{good}]}}]}}"#
+    );
+    let kernel = harness.kernel(&script).with_wait().unwrap();
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert!(matches!(report.outcome, TurnOutcome::Suspended { .. }), "{report:?}");
+    assert!(keel_kernel::waiting(&harness.events(session).await).is_some());
+}
