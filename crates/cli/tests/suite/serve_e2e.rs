@@ -370,6 +370,14 @@ async fn serve_openapi_names_every_route() {
     ] {
         assert!(paths.contains_key(path), "{path} missing from the OpenAPI document");
     }
+    // Every operation that takes a body documents its bad request (400 bad_request).
+    for (path, operations) in paths {
+        for (method, operation) in operations.as_object().unwrap() {
+            if operation.get("requestBody").is_some_and(|body| body["required"] == true) {
+                assert!(operation["responses"].get("400").is_some(), "{method} {path}: no 400");
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,6 +402,26 @@ async fn serve_usage_errors_name_the_body_fields_not_the_flags() {
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains(&format!("\"{field}\"")) && !message.contains("--"), "{message}");
     }
+    // A body that is not JSON, or JSON of the wrong shape, is 400 bad_request (status
+    // and code agree), and starts nothing.
+    let turns = host.url(&format!("/v1/sessions/{session}/turns"));
+    for raw in [r#"{"input": "go""#, r#"{"input": 5}"#, r#"{"input": "go", "extra": 1}"#, "[]"] {
+        let response = client
+            .http
+            .post(&turns)
+            .bearer_auth(&client.token)
+            .header("Content-Type", "application/json")
+            .body(raw)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{raw}: {body}");
+        assert_eq!(body["error"]["code"], "bad_request", "{raw}: {body}");
+        assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    }
+    assert_eq!(ledger(&env, &session).len(), 1, "no turn was started");
     // The neighbour: a valid ceiling runs.
     let (status, body) = client
         .post(&format!("/v1/sessions/{session}/turns"), json!({"input": "go", "max_steps": 3}))
@@ -444,7 +472,8 @@ async fn serve_approvals_first_answer_wins_and_a_turn_waits_for_it() {
     assert_eq!(status, StatusCode::CONFLICT, "a different answer: {body}");
     assert_eq!(body["error"]["code"], "already_answered");
     let (status, body) = client.post(&path, json!({"answer": "maybe"})).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], "bad_request");
     assert!(body["error"]["message"].is_string());
 
     client.wait_state(&session, "completed").await;

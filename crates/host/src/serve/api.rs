@@ -153,7 +153,9 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A JSON body whose rejections (bad JSON, wrong type, too large) answer in our format.
+/// A JSON body whose rejections answer in our format: malformed JSON and a body of the
+/// wrong shape (a missing or unknown field, a wrong type) 400 `bad_request`, too large 413
+/// `payload_too_large`, not JSON 415 `unsupported_media_type`.
 pub(crate) struct Body<T>(pub(crate) T);
 
 impl<S, T> FromRequest<S> for Body<T>
@@ -166,17 +168,21 @@ where
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         match axum::Json::<T>::from_request(request, state).await {
             Ok(axum::Json(value)) => Ok(Body(value)),
-            Err(rejection) => {
-                let status = rejection.status();
-                let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                    "payload_too_large"
-                } else if status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-                    "unsupported_media_type"
-                } else {
-                    "bad_request"
-                };
-                Err(ApiError::new(status, code, rejection.body_text()))
-            }
+            // axum answers a body of the wrong shape 422 and malformed JSON 400; both are
+            // a bad request here (400 `bad_request`), so the status and the code agree.
+            Err(rejection) => Err(match rejection.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    rejection.body_text(),
+                ),
+                StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    rejection.body_text(),
+                ),
+                _ => ApiError::bad_request(rejection.body_text()),
+            }),
         }
     }
 }

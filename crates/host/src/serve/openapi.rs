@@ -5,7 +5,7 @@
 pub(crate) const DOCUMENT: &str = r##"{
   "openapi": "3.1.0",
   "info": {"title": "keel host API", "version": "1",
-    "description": "keel serve: sessions, turns, SSE events from the ledger, remote approvals. Every route but /v1/health needs Authorization: Bearer TOKEN. Errors are {\"error\": {\"code\", \"message\"}}."},
+    "description": "keel serve: sessions, turns, SSE events from the ledger, remote approvals. Every route but /v1/health needs Authorization: Bearer TOKEN. Errors are {\"error\": {\"code\", \"message\"}}; a body that is not valid JSON or not of the documented shape is 400 bad_request, one over the size limit 413 payload_too_large, one without a JSON content type 415 unsupported_media_type."},
   "components": {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
     "schemas": {
@@ -48,7 +48,7 @@ pub(crate) const DOCUMENT: &str = r##"{
     "/v1/sessions/{id}": {"get": {"parameters": [{"$ref": "#/components/parameters/id"}], "summary": "one session", "responses": {"200": {"description": "Session", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Session"}}}}, "404": {"$ref": "#/components/responses/Error"}}}},
     "/v1/sessions/{id}/turns": {"post": {"parameters": [{"$ref": "#/components/parameters/id"}], "summary": "a new turn; answers once its run started",
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Turn"}}}},
-      "responses": {"202": {"description": "Started", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Started"}}}}, "409": {"$ref": "#/components/responses/Error"}, "423": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}},
+      "responses": {"202": {"description": "Started", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Started"}}}}, "400": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}, "423": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}},
     "/v1/sessions/{id}/input": {"post": {"parameters": [{"$ref": "#/components/parameters/id"}], "summary": "steering: input for the active run, joined at its next step boundary (never mid-call); answers once its input_joined event is durable. 409 no_active_run: start a turn instead; 409 run_ending: the run ended first and the input was not recorded",
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "properties": {"input": {"type": "string", "minLength": 1}}, "required": ["input"], "additionalProperties": false}}}},
       "responses": {"200": {"description": "{joined: true, seq}: the seq of the input_joined event"}, "400": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
@@ -64,7 +64,7 @@ pub(crate) const DOCUMENT: &str = r##"{
     "/v1/sessions/{id}/permissions/{call_id}": {"post": {"parameters": [{"$ref": "#/components/parameters/id"}, {"name": "call_id", "in": "path", "required": true, "schema": {"type": "string"}}],
       "summary": "answer a request: the first answer wins; the same again is 200, a different one 409",
       "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Answer"}}}},
-      "responses": {"200": {"description": "{answer, by, settled_seq}"}, "202": {"description": "accepted, not recorded yet"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
+      "responses": {"200": {"description": "{answer, by, settled_seq}"}, "202": {"description": "accepted, not recorded yet"}, "400": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}}},
     "/v1/schedules": {
       "post": {"summary": "add a schedule: every DURATION or a cron expression in a zone, into a session or a new session per fire; the host fires it, each slot once",
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["task"], "additionalProperties": false, "properties": {
@@ -87,7 +87,7 @@ pub(crate) const DOCUMENT: &str = r##"{
     "/v1/wakes/{wake_id}": {"post": {"parameters": [{"name": "wake_id", "in": "path", "required": true, "schema": {"type": "string"}}],
       "summary": "wake a run parked on wait: the first payload wins and the run resumes once; again, 200 with the first result",
       "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object", "additionalProperties": false, "properties": {"payload": {"description": "text (or JSON, sent as its text), at most 64 KiB; the run sees it fenced as untrusted data"}}}}}},
-      "responses": {"200": {"description": "{wake_id, session_id, payload, by, received_at}"}, "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"}}}},
+      "responses": {"200": {"description": "{wake_id, session_id, payload, by, received_at}"}, "400": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"}}}},
     "/v1/web/logins": {"post": {"summary": "a new one-time login link for the web timeline (GET /), good once for five minutes (bearer token, or a logged-in browser's cookie with its CSRF header)",
       "responses": {"201": {"description": "{path: /login?token=SECRET, expires_in_s}"}, "401": {"$ref": "#/components/responses/Error"}}}}
   }
