@@ -14,7 +14,7 @@ use keel_kernel::{Cancellation, PermissionHook, SessionConfig};
 
 pub(crate) use keel_host::root::{canonical_workspace, open_store, usage};
 
-use crate::args::{ApprovalArg, Cli, Command, McpCommand, ModeArg, RunOptions, SandboxArg};
+use crate::args::{ApprovalArg, Cli, Command, Groups, McpCommand, ModeArg, RunOptions, SandboxArg};
 use crate::config;
 use crate::mcp;
 use crate::output::{self, Printer};
@@ -45,7 +45,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         config::use_config_file(path);
     }
     match cli.command {
-        Command::Run { task, options } => run(task, options).await,
+        Command::Run { task, options } => run(task, options.into()).await,
         Command::Resume { session, task, last, approve_plan, options } => {
             // With --last the only positional argument is the task.
             let (session, task) = match (last, session, task) {
@@ -56,7 +56,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 (_, session, task) => (session, task),
             };
             let session = crate::habits::SessionArg::new(session, last);
-            resume(&session, task, approve_plan, options).await
+            resume(&session, task, approve_plan, options.into()).await
         }
         Command::Sessions { json, tree, workspace, limit } => {
             crate::habits::sessions(json, tree, workspace.as_deref(), limit).await
@@ -72,17 +72,38 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             let session = crate::habits::SessionArg::new(session, last).resolve(&store).await?;
             crate::seal::seal(store, &session.to_string(), reason).await
         }
-        Command::Compact { session, last, options } => {
+        Command::Compact { session, last, model } => {
+            let options = RunOptions::from(Groups { model: Some(model), ..Groups::default() });
             compact(&crate::habits::SessionArg::new(session, last), options).await
         }
         Command::Trust { dir } => crate::trust::command(dir.as_deref()),
-        Command::Config { options } => crate::config_show::show(&options),
-        Command::Acp { permission_timeout, options } => acp(&permission_timeout, &options).await,
+        Command::Config { options } => crate::config_show::show(&options.into()),
+        Command::Acp { permission_timeout, model, envelope, consent, budget, answer } => {
+            let options = RunOptions::from(Groups {
+                model: Some(model),
+                envelope: Some(envelope),
+                consent: Some(consent),
+                budget: Some(budget),
+                answer: Some(answer),
+                ..Groups::default()
+            });
+            acp(&permission_timeout, &options).await
+        }
         Command::Eval { command, tasks, subjects, repetitions, concurrency, out } => {
             crate::eval::command(command, tasks, &subjects, repetitions, concurrency, out).await
         }
         Command::Schedule { command } => crate::schedule::command(command).await,
-        Command::Wake { wake_id, payload, options } => wake(&wake_id, payload, options).await,
+        Command::Wake { wake_id, payload, model, consent, budget, answer, output } => {
+            let options = RunOptions::from(Groups {
+                model: Some(model),
+                consent: Some(consent),
+                budget: Some(budget),
+                answer: Some(answer),
+                output: Some(output),
+                ..Groups::default()
+            });
+            wake(&wake_id, payload, options).await
+        }
         Command::Mcp { command: McpCommand::List { workspace, json } } => {
             mcp::list(workspace.as_deref(), json).await
         }
@@ -117,19 +138,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-/// `keel acp`: the ACP agent on stdio (the workspace is each session's cwd).
+/// `keel acp`: the ACP agent on stdio (the workspace is each session's cwd; it takes no
+/// `-C` and no output flags, stdout being the protocol's).
 async fn acp(permission_timeout: &str, options: &RunOptions) -> anyhow::Result<u8> {
-    if options.workspace.is_some()
-        || options.json
-        || options.output_format.is_some()
-        || options.quiet
-        || options.verbose
-    {
-        return Err(usage(
-            "keel acp takes no -C or output flags: the workspace is each session's cwd, and \
-             stdout carries the protocol",
-        ));
-    }
     let permission_timeout = root::parse_duration(permission_timeout).ok_or_else(|| {
         usage(format!(
             "invalid --permission-timeout '{permission_timeout}': give a positive time with \

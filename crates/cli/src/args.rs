@@ -23,7 +23,7 @@ pub(crate) enum Command {
         /// The task. Read from stdin when absent.
         task: Option<String>,
         #[command(flatten)]
-        options: RunOptions,
+        options: RunFlags,
     },
     /// Continue a session: a new turn with TASK, or resume its interrupted run.
     Resume {
@@ -40,7 +40,7 @@ pub(crate) enum Command {
         #[arg(long)]
         approve_plan: bool,
         #[command(flatten)]
-        options: RunOptions,
+        options: RunFlags,
     },
     /// List sessions, newest first: id, status, last update (with its zone), tokens, cost,
     /// model, workspace, title.
@@ -73,7 +73,8 @@ pub(crate) enum Command {
         #[arg(short = 'v', long, conflicts_with = "json")]
         verbose: bool,
     },
-    /// Compact a session's context now (fold its earlier conversation into a summary).
+    /// Compact a session's context now (fold its earlier conversation into a summary,
+    /// written by the session's model or -m's).
     Compact {
         /// Session id or unique prefix (or --last).
         #[arg(required_unless_present = "last")]
@@ -82,7 +83,7 @@ pub(crate) enum Command {
         #[arg(long, conflicts_with = "session")]
         last: bool,
         #[command(flatten)]
-        options: RunOptions,
+        model: ModelFlags,
     },
     /// Make a session inert: it never runs agent code again (`log` and `sessions` still
     /// show it; `resume` refuses it).
@@ -112,20 +113,30 @@ pub(crate) enum Command {
         /// The workspace (default: the current directory).
         dir: Option<PathBuf>,
     },
-    /// Print the merged settings and where each came from.
+    /// Print the merged settings and where each came from (a flag given here shows as
+    /// the setting it would be).
     Config {
         #[command(flatten)]
-        options: RunOptions,
+        options: ConfigFlags,
     },
     /// An Agent Client Protocol agent on stdio, for editors (Zed, JetBrains, Neovim) and
-    /// acpx: each ACP session is a keel session in the client's cwd.
+    /// acpx: each ACP session is a keel session in the client's cwd (so no -C), and
+    /// stdout carries the protocol (so no output flags).
     Acp {
         /// How long a permission request may wait for the client's answer; then it is
         /// denied, with that reason recorded.
         #[arg(long, value_name = "DURATION", default_value = "5m")]
         permission_timeout: String,
         #[command(flatten)]
-        options: RunOptions,
+        model: ModelFlags,
+        #[command(flatten)]
+        envelope: EnvelopeFlags,
+        #[command(flatten)]
+        consent: ConsentFlags,
+        #[command(flatten)]
+        budget: BudgetFlags,
+        #[command(flatten)]
+        answer: AnswerFlags,
     },
     /// Experiments over Harbor tasks: tasks × subjects × repetitions, each attempt an
     /// immutable record in DIR (results.jsonl, report.md, report.html); `keel eval resume
@@ -157,14 +168,23 @@ pub(crate) enum Command {
         command: ScheduleCommand,
     },
     /// Wake a run parked on `wait`: records the wake (the first payload wins) and resumes
-    /// the run here, in this process; no host is needed.
+    /// the run here, in this process; no host is needed. The session keeps its workspace,
+    /// mode and envelope.
     Wake {
         /// The wake id the run printed (`wake_…`).
         wake_id: String,
         /// The payload the run gets back as the `wait` result (empty when absent).
         payload: Option<String>,
         #[command(flatten)]
-        options: RunOptions,
+        model: ModelFlags,
+        #[command(flatten)]
+        consent: ConsentFlags,
+        #[command(flatten)]
+        budget: BudgetFlags,
+        #[command(flatten)]
+        answer: AnswerFlags,
+        #[command(flatten)]
+        output: OutputFlags,
     },
     /// MCP servers from config.toml.
     Mcp {
@@ -324,26 +344,86 @@ pub(crate) enum ApprovalArg {
 pub(crate) enum OutputFormat {
     /// The answer (the progress view goes to stderr).
     Text,
-    /// One JSON object at the end: result, session_id, exit, usage, cost_usd, duration_ms.
+    /// One JSON object at the end: result, session_id, exit, outcome, reason, usage,
+    /// cost_usd, duration_ms (and structured_output with --output-schema).
     Json,
     /// Every RuntimeEvent as one JSON line (the same as --json).
     StreamJson,
 }
 
-#[derive(Debug, Clone, Args)]
-pub(crate) struct RunOptions {
-    /// Workspace root (default: the current directory).
-    #[arg(short = 'C', long = "workspace", value_name = "DIR")]
-    pub(crate) workspace: Option<PathBuf>,
+/// The model and its endpoint (every command that runs the model).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct ModelFlags {
     /// openai:MODEL | openai-responses:MODEL | anthropic:MODEL | scripted:PATH
     #[arg(short = 'm', long = "model", value_name = "SPEC")]
     pub(crate) model: Option<String>,
     /// The provider's endpoint, e.g. http://127.0.0.1:11434/v1 (else OPENAI_BASE_URL).
     #[arg(long, value_name = "URL")]
     pub(crate) base_url: Option<String>,
+    /// Override the model's context window, in tokens.
+    #[arg(long, value_name = "TOKENS")]
+    pub(crate) context_window: Option<u64>,
+}
+
+/// The envelope and mode: fixed when a session is created.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct EnvelopeFlags {
+    /// live (default), shadow, or plan (reads and `plan` only; the run ends with a plan to
+    /// approve with `keel resume SESSION --approve-plan`).
+    #[arg(long, value_enum)]
+    pub(crate) mode: Option<ModeArg>,
+    /// Read tools allowed: all, or TOOL,TOOL
+    #[arg(long, value_name = "all|TOOL,...")]
+    pub(crate) reads: Option<String>,
+    /// Write tools allowed: all, or TOOL,TOOL
+    #[arg(long, value_name = "all|TOOL,...")]
+    pub(crate) writes: Option<String>,
+    /// Tools never to run.
+    #[arg(long, value_name = "TOOL,...")]
+    pub(crate) forbid: Option<String>,
+}
+
+/// How tools run and how consent is answered.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct ConsentFlags {
+    /// managed (default) or bypass.
+    #[arg(long, value_enum)]
+    pub(crate) sandbox: Option<SandboxArg>,
+    /// How permission requests are answered: ask (needs a terminal); auto (allow all but a
+    /// wider boundary); sandboxed (allow what the managed sandbox contains, ask or refuse
+    /// the rest); deny.
+    #[arg(long, value_enum)]
+    pub(crate) approval: Option<ApprovalArg>,
+}
+
+/// A run's ceilings.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct BudgetFlags {
     /// Explicit step ceiling (model requests per run).
     #[arg(long, value_name = "N")]
     pub(crate) max_steps: Option<u32>,
+    /// Token budget for the run.
+    #[arg(long, value_name = "N")]
+    pub(crate) max_tokens: Option<u64>,
+    /// Cost budget for the run, in USD.
+    #[arg(long, value_name = "X")]
+    pub(crate) max_cost_usd: Option<f64>,
+    /// Wall-clock budget for the run, with its unit: 500ms, 90s, 10m, 2h.
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) max_time: Option<String>,
+}
+
+/// The final answer's shape.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct AnswerFlags {
+    /// A JSON Schema file the final answer must match; the answer is printed as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) output_schema: Option<PathBuf>,
+}
+
+/// What a run prints.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct OutputFlags {
     /// Print every RuntimeEvent as one JSON line on stdout (= --output-format stream-json).
     #[arg(long, conflicts_with = "output_format")]
     pub(crate) json: bool,
@@ -357,42 +437,139 @@ pub(crate) struct RunOptions {
     /// The full trace: every event, one line each, on stderr.
     #[arg(short = 'v', long)]
     pub(crate) verbose: bool,
-    /// live (default), shadow, or plan (reads and `plan` only; the run ends with a plan to
-    /// approve with `keel resume SESSION --approve-plan`).
-    #[arg(long, value_enum)]
+}
+
+/// The flags of `keel run` and `keel resume`: every group.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct RunFlags {
+    /// Workspace root (default: the current directory).
+    #[arg(short = 'C', long = "workspace", value_name = "DIR")]
+    pub(crate) workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) model: ModelFlags,
+    #[command(flatten)]
+    pub(crate) envelope: EnvelopeFlags,
+    #[command(flatten)]
+    pub(crate) consent: ConsentFlags,
+    #[command(flatten)]
+    pub(crate) budget: BudgetFlags,
+    #[command(flatten)]
+    pub(crate) answer: AnswerFlags,
+    #[command(flatten)]
+    pub(crate) output: OutputFlags,
+}
+
+/// The flags `keel config` shows the effect of: the workspace and every setting flag.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ConfigFlags {
+    /// The workspace whose .keel/config.toml is merged (default: the current directory).
+    #[arg(short = 'C', long = "workspace", value_name = "DIR")]
+    pub(crate) workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) model: ModelFlags,
+    #[command(flatten)]
+    pub(crate) envelope: EnvelopeFlags,
+    #[command(flatten)]
+    pub(crate) consent: ConsentFlags,
+    #[command(flatten)]
+    pub(crate) budget: BudgetFlags,
+}
+
+/// The settings of one command, whichever flags it takes (a group it does not take is
+/// its default: unset).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunOptions {
+    pub(crate) workspace: Option<PathBuf>,
+    pub(crate) model: Option<String>,
+    pub(crate) base_url: Option<String>,
+    pub(crate) max_steps: Option<u32>,
+    pub(crate) json: bool,
+    pub(crate) output_format: Option<OutputFormat>,
+    pub(crate) quiet: bool,
+    pub(crate) verbose: bool,
     pub(crate) mode: Option<ModeArg>,
-    /// managed (default) or bypass.
-    #[arg(long, value_enum)]
     pub(crate) sandbox: Option<SandboxArg>,
-    /// How permission requests are answered: ask (needs a terminal); auto (allow all but a
-    /// wider boundary); sandboxed (allow what the managed sandbox contains, ask or refuse
-    /// the rest); deny.
-    #[arg(long, value_enum)]
     pub(crate) approval: Option<ApprovalArg>,
-    /// Read tools allowed: all, or TOOL,TOOL
-    #[arg(long, value_name = "all|TOOL,...")]
     pub(crate) reads: Option<String>,
-    /// Write tools allowed: all, or TOOL,TOOL
-    #[arg(long, value_name = "all|TOOL,...")]
     pub(crate) writes: Option<String>,
-    /// Tools never to run.
-    #[arg(long, value_name = "TOOL,...")]
     pub(crate) forbid: Option<String>,
-    /// Token budget for the run.
-    #[arg(long, value_name = "N")]
     pub(crate) max_tokens: Option<u64>,
-    /// Cost budget for the run, in USD.
-    #[arg(long, value_name = "X")]
     pub(crate) max_cost_usd: Option<f64>,
-    /// Wall-clock budget for the run, with its unit: 500ms, 90s, 10m, 2h.
-    #[arg(long, value_name = "DURATION")]
     pub(crate) max_time: Option<String>,
-    /// Override the model's context window, in tokens.
-    #[arg(long, value_name = "TOKENS")]
     pub(crate) context_window: Option<u64>,
-    /// A JSON Schema file the final answer must match; the answer is printed as JSON.
-    #[arg(long, value_name = "FILE")]
     pub(crate) output_schema: Option<PathBuf>,
+}
+
+/// The flag groups a command takes; `None` for one it does not.
+#[derive(Debug, Default)]
+pub(crate) struct Groups {
+    pub(crate) workspace: Option<PathBuf>,
+    pub(crate) model: Option<ModelFlags>,
+    pub(crate) envelope: Option<EnvelopeFlags>,
+    pub(crate) consent: Option<ConsentFlags>,
+    pub(crate) budget: Option<BudgetFlags>,
+    pub(crate) answer: Option<AnswerFlags>,
+    pub(crate) output: Option<OutputFlags>,
+}
+
+impl From<Groups> for RunOptions {
+    fn from(groups: Groups) -> RunOptions {
+        let ModelFlags { model, base_url, context_window } = groups.model.unwrap_or_default();
+        let EnvelopeFlags { mode, reads, writes, forbid } = groups.envelope.unwrap_or_default();
+        let ConsentFlags { sandbox, approval } = groups.consent.unwrap_or_default();
+        let BudgetFlags { max_steps, max_tokens, max_cost_usd, max_time } =
+            groups.budget.unwrap_or_default();
+        let AnswerFlags { output_schema } = groups.answer.unwrap_or_default();
+        let OutputFlags { json, output_format, quiet, verbose } = groups.output.unwrap_or_default();
+        RunOptions {
+            workspace: groups.workspace,
+            model,
+            base_url,
+            max_steps,
+            json,
+            output_format,
+            quiet,
+            verbose,
+            mode,
+            sandbox,
+            approval,
+            reads,
+            writes,
+            forbid,
+            max_tokens,
+            max_cost_usd,
+            max_time,
+            context_window,
+            output_schema,
+        }
+    }
+}
+
+impl From<RunFlags> for RunOptions {
+    fn from(flags: RunFlags) -> RunOptions {
+        RunOptions::from(Groups {
+            workspace: flags.workspace,
+            model: Some(flags.model),
+            envelope: Some(flags.envelope),
+            consent: Some(flags.consent),
+            budget: Some(flags.budget),
+            answer: Some(flags.answer),
+            output: Some(flags.output),
+        })
+    }
+}
+
+impl From<ConfigFlags> for RunOptions {
+    fn from(flags: ConfigFlags) -> RunOptions {
+        RunOptions::from(Groups {
+            workspace: flags.workspace,
+            model: Some(flags.model),
+            envelope: Some(flags.envelope),
+            consent: Some(flags.consent),
+            budget: Some(flags.budget),
+            ..Groups::default()
+        })
+    }
 }
 
 impl RunOptions {

@@ -31,6 +31,12 @@ pub(crate) fn show(options: &RunOptions) -> anyhow::Result<u8> {
             origin("base_url"),
             "(the provider's)",
         ),
+        row(
+            "context_window",
+            options.context_window.map(|v| v.to_string()),
+            flag("context-window"),
+        )
+        .or(None, None, "(the model's, when keel knows it)"),
         row("max_steps", options.max_steps.map(|v| v.to_string()), flag("max-steps")).or(
             number(config.max_steps.map(|v| v.to_string())),
             origin("max_steps"),
