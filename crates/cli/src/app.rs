@@ -194,7 +194,7 @@ fn terminal_person() -> Option<Arc<dyn PermissionHook>> {
 }
 
 /// The observer that shows the run: the progress view or `--json` lines.
-fn printer(options: &RunOptions) -> Arc<dyn keel_kernel::Observer> {
+fn printer(options: &RunOptions) -> Arc<Printer> {
     Arc::new(Printer::new(options.format(), options.verbosity()))
 }
 
@@ -361,8 +361,13 @@ async fn resume(
         &store,
         terminal_person(),
     )?;
+    let printer = printer(&options);
     let Assembly { kernel, resolved, outbox, mcp } =
-        root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
+        root::assemble(prepared, &home, &workspace, store, printer.clone()).await?;
+    // The same header as `keel run`'s, from the session's own first event.
+    if let Some(created) = events.first() {
+        printer.header(created);
+    }
     let cancel = cancel_on_ctrl_c();
     let task = if approve_plan {
         kernel.approve_plan(session_id, "user").await.map_err(|error| match error {
@@ -430,8 +435,12 @@ async fn wake(wake_id: &str, payload: Option<String>, options: RunOptions) -> an
     keel_host::failpoints::host_point("wake_claimed").await;
     let head = session_head(&store, session_id).await?;
     crate::seal::refuse_sealed(session_id, &head)?;
+    let printer = printer(&options);
     let Assembly { kernel, resolved, outbox, mcp } =
-        assemble_for(&home, store, session_id, &head, &options).await?;
+        assemble_for(&home, store, session_id, &head, &options, printer.clone()).await?;
+    if let Some(created) = head.first() {
+        printer.header(created);
+    }
     let cancel = cancel_on_ctrl_c();
     let answer = keel_host::schedule::answer_of(&stored);
     let report = kernel.wake(session_id, wake_id, &answer, &resolved.run, &cancel).await;
@@ -460,6 +469,7 @@ async fn assemble_for(
     session_id: SessionId,
     head: &[keel_contracts::RuntimeEvent],
     options: &RunOptions,
+    observer: Arc<dyn keel_kernel::Observer>,
 ) -> anyhow::Result<Assembly> {
     let Some(EventKind::SessionCreated { workspace, .. }) = head.first().map(|e| &e.kind) else {
         bail!("session {session_id} has no session_created event");
@@ -476,7 +486,7 @@ async fn assemble_for(
         &store,
         terminal_person(),
     )?;
-    root::assemble(prepared, home, &workspace, store, printer(options)).await
+    root::assemble(prepared, home, &workspace, store, observer).await
 }
 
 async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> anyhow::Result<u8> {
@@ -484,7 +494,7 @@ async fn compact(session: &crate::habits::SessionArg, options: RunOptions) -> an
     let session_id = session.resolve(&store).await?;
     let events = session_head(&store, session_id).await?;
     let Assembly { kernel, resolved, outbox, mcp } =
-        assemble_for(&home, store, session_id, &events, &options).await?;
+        assemble_for(&home, store, session_id, &events, &options, printer(&options)).await?;
     let cancel = cancel_on_ctrl_c();
     let compacted = kernel.compact_session(session_id, &resolved.run, &cancel).await;
     outbox.finish().await;

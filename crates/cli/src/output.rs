@@ -49,6 +49,16 @@ impl Printer {
         Printer { format, options, views: Mutex::new(Views::default()), spinner }
     }
 
+    /// Shows a continued session's `session_created` as a new session's run shows it: the
+    /// header line (`keel session ID · MODEL · WORKSPACE`) before the run's own lines.
+    pub(crate) fn header(&self, created: &RuntimeEvent) {
+        if self.format == OutputFormat::Text
+            && matches!(created.kind, EventKind::SessionCreated { .. })
+        {
+            self.show(created);
+        }
+    }
+
     fn show(&self, event: &RuntimeEvent) {
         let Ok(mut views) = self.views.lock() else { return };
         let root = *views.root.get_or_insert(event.session_id);

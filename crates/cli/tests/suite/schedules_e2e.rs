@@ -768,6 +768,10 @@ fn a_parked_keel_run_exits_3_and_names_its_wake_and_bad_schedules_are_usage_erro
     let woken = env.run(&["wake", &wake_id, "go"]);
     assert_eq!(woken.status.code(), Some(0), "{}", stderr(&woken));
     assert_eq!(stdout(&woken).trim(), "woke");
+    // The woken run shows the session's header, as `keel run` and `keel resume` do.
+    let header = stderr(&parked).lines().next().unwrap_or_default().to_owned();
+    assert!(header.starts_with("keel session "), "{header}");
+    assert_eq!(stderr(&woken).lines().next(), Some(header.as_str()), "{}", stderr(&woken));
     for bad in [
         vec!["schedule", "add", "--cron", "61 * * * *", "--session", &session, "x"],
         vec![

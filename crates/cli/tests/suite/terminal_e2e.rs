@@ -801,3 +801,29 @@ fn each_command_help_lists_only_the_flags_it_honours() {
     });
     assert_eq!(row.as_deref(), Some("5000  # flag --context-window"), "{shown}");
 }
+
+#[test]
+fn a_resumed_session_shows_the_same_header_as_its_first_run() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model =
+        scripted(&env, r#"{"steps":[{"text":"first"},{"text":"second"},{"text":"third"}]}"#);
+    let first = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "one"]);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let header = stderr(&first).lines().next().unwrap().to_owned();
+    assert!(header.starts_with("keel session "), "{header}");
+    let resumed = env.run(&["resume", "--last", "two"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(stdout(&resumed), "second\n");
+    let shown = stderr(&resumed);
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines[0], header, "{shown}");
+    assert_eq!(lines[1], "▸ two", "{shown}");
+    // And `keel log` replays both turns under the one header.
+    let log = stdout(&env.run(&["log", "--last"]));
+    assert_eq!(log.lines().filter(|line| line.starts_with("keel session ")).count(), 1, "{log}");
+    // Quiet stays quiet.
+    let quiet = env.run(&["resume", "--last", "-q", "three"]);
+    assert_eq!(quiet.status.code(), Some(0), "{}", stderr(&quiet));
+    assert_eq!((stdout(&quiet).as_str(), stderr(&quiet).as_str()), ("third\n", ""));
+}
