@@ -186,7 +186,8 @@ pub(crate) async fn log(session: &SessionArg, json: bool, verbose: bool) -> anyh
 }
 
 /// `keel stop SESSION|--last`: asks the session's active run to cancel; exit 1 when the
-/// session has no active run.
+/// session has no active run, or when its open run has no live process (it was killed:
+/// the run is interrupted, and `keel resume` continues it).
 pub(crate) async fn stop(session: &SessionArg) -> anyhow::Result<u8> {
     let (_, store) = open_store().await?;
     let session_id = session.resolve(&store).await?;
@@ -198,6 +199,15 @@ pub(crate) async fn stop(session: &SessionArg) -> anyhow::Result<u8> {
         .map(|summary| summary.status);
     match status {
         Some(SessionStatus::Running) => {
+            if let Some(gone) = gone_holder(&store, session_id).await {
+                // Nothing runs it: a cancel request would wait for nobody.
+                eprintln!(
+                    "keel: session {session_id} has no live run: {gone}, so its last run was \
+                     interrupted and nothing is running to stop; `keel resume {session_id}` \
+                     continues it"
+                );
+                return Ok(exit::FAILED);
+            }
             store.request_cancel(session_id).await?;
             eprintln!(
                 "keel: stop requested for session {session_id}; its run ends at the next check"
@@ -212,6 +222,31 @@ pub(crate) async fn stop(session: &SessionArg) -> anyhow::Result<u8> {
             Ok(exit::FAILED)
         }
         None => Err(usage(format!("no session {session_id}"))),
+    }
+}
+
+/// Why nobody drives the session's open run, when that is known: its lease holder's
+/// process is gone (killed, crashed), or no lease is held at all. `None` when a live
+/// process (or one on another machine, or a store without leases) may still hold it.
+///
+/// Asks by taking the lease for a moment: held by another, it names the holder; free, it
+/// is given back at once. A lease taken from a dead holder fences nothing that could
+/// still write.
+async fn gone_holder(store: &Arc<dyn Store>, session_id: SessionId) -> Option<String> {
+    use keel_kernel::HolderLiveness as _;
+    let probe = format!("{} (keel stop)", keel_host::root::lease_holder());
+    let now = keel_contracts::Clock::now(&keel_contracts::SystemClock);
+    match store.acquire_lease(session_id, &probe, now, std::time::Duration::from_secs(5)).await {
+        Ok(lease) => {
+            let _ = store.release_lease(&lease).await;
+            Some("no process holds its lease".to_owned())
+        }
+        Err(keel_contracts::LeaseError::Held { holder, .. })
+            if keel_host::root::LocalProcesses.alive(&holder) == Some(false) =>
+        {
+            Some(format!("the process that ran it ({holder}) is gone"))
+        }
+        Err(_) => None,
     }
 }
 

@@ -714,3 +714,41 @@ fn sessions_show_usage_summed_over_every_turn() {
     let table = stdout(&env.run(&["sessions"]));
     assert!(table.contains(&session) && table.contains("1327 tok"), "{table}");
 }
+
+#[test]
+fn stop_on_a_run_whose_process_was_killed_says_it_was_interrupted_and_exits_1() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(&env, LONG_COMMAND);
+    let mut child = env
+        .keel()
+        .args([
+            "run",
+            "-C",
+            ws.to_str().unwrap(),
+            "-m",
+            &model,
+            "--approval",
+            "auto",
+            "--sandbox",
+            "bypass",
+            "t",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let session = wait_for_prepared(&env);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = stdout(&env.run(&["log", &session, "--json"]));
+    let stop = env.run(&["stop", &session]);
+    assert_eq!(stop.status.code(), Some(1), "{}", stderr(&stop));
+    let message = stderr(&stop);
+    assert!(message.contains("has no live run"), "{message}");
+    assert!(message.contains("interrupted"), "{message}");
+    assert!(message.contains(&format!("keel resume {session}")), "{message}");
+    assert!(!message.contains("stop requested"), "{message}");
+    // It asked nothing of the ledger: no cancel request a later run would trip over.
+    assert_eq!(stdout(&env.run(&["log", &session, "--json"])), before);
+}
