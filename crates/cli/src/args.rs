@@ -240,6 +240,9 @@ pub(crate) struct ScheduleAdd {
     /// Fire new turns into this session (id or unique prefix).
     #[arg(long, conflicts_with_all = ["workspace", "model"])]
     pub(crate) session: Option<String>,
+    /// Fire new turns into the newest session (as --session with its id).
+    #[arg(long, conflicts_with_all = ["session", "workspace", "model"])]
+    pub(crate) last: bool,
     /// A new session per fire in this workspace.
     #[arg(short = 'C', long = "workspace", value_name = "DIR", requires = "model")]
     pub(crate) workspace: Option<PathBuf>,

@@ -5,11 +5,13 @@
 
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use keel_host::schedule::{self, Overlap, ScheduleSpec, Target};
-use keel_store::{ScheduleRow, Schedules};
+use keel_store::{FireRow, ScheduleRow, Schedules};
 
-use crate::app::{canonical_workspace, exit, resolve_session, usage};
+use crate::app::{canonical_workspace, exit, usage};
 use crate::args::{ApprovalArg, ScheduleAdd, ScheduleCommand};
+use crate::terminal;
 
 pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
     let (_, store, schedules) = keel_host::root::open_stores().await?;
@@ -20,6 +22,7 @@ pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
                 cron,
                 tz,
                 session,
+                last,
                 workspace,
                 model,
                 approval,
@@ -34,6 +37,8 @@ pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
                 (None, Some(cron)) => schedule::parse_cron(&cron, tz.as_deref())?,
                 _ => return Err(usage("give exactly one of --every and --cron")),
             };
+            let session =
+                (session.is_some() || last).then(|| crate::habits::SessionArg::new(session, last));
             let target = match (session, workspace, model) {
                 (Some(session), None, None) => {
                     if approval.is_some() {
@@ -42,7 +47,7 @@ pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
                              the session's approval",
                         ));
                     }
-                    Target::Session { session_id: resolve_session(&store, &session).await? }
+                    Target::Session { session_id: session.resolve(&store).await? }
                 }
                 (None, Some(dir), Some(model)) => Target::Template {
                     workspace: canonical_workspace(Some(&dir))?.display().to_string(),
@@ -54,7 +59,7 @@ pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
                         ApprovalArg::Deny => keel_contracts::ApprovalMode::Deny,
                     },
                 },
-                _ => return Err(usage("give --session ID, or -C DIR with -m SPEC")),
+                _ => return Err(usage("give --session ID (or --last), or -C DIR with -m SPEC")),
             };
             let overlap = match overlap.as_str() {
                 "skip" => Overlap::Skip,
@@ -81,34 +86,20 @@ pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
             Ok(exit::COMPLETED)
         }
         ScheduleCommand::List { json } => {
-            for row in schedules.schedules().await? {
+            let rows = schedules.schedules().await?;
+            let mut listed = Vec::with_capacity(rows.len());
+            for row in rows {
                 let fires = schedules.fires(row.id, 1).await?;
-                let described = schedule::describe(&row, &fires);
-                if json {
-                    outln!("{described}");
-                } else {
-                    let when = match described.get("when") {
-                        Some(when) => when.to_string(),
-                        None => String::new(),
-                    };
-                    let last = fires.first().map_or_else(
-                        || "never fired".to_owned(),
-                        |fire| {
-                            format!(
-                                "last {} {}",
-                                fire.scheduled_at.to_rfc3339(),
-                                fire.state.as_str()
-                            )
-                        },
-                    );
-                    let paused = if row.paused { " (paused)" } else { "" };
-                    let task = described.get("task").and_then(|t| t.as_str()).unwrap_or_default();
-                    outln!(
-                        "{}{paused}  {when}  {last}  {}",
-                        row.id,
-                        crate::terminal::neutralize(task)
-                    );
+                listed.push((row, fires));
+            }
+            if json {
+                for (row, fires) in &listed {
+                    outln!("{}", schedule::describe(row, fires));
                 }
+            } else if listed.is_empty() {
+                eprintln!("keel: no schedules (add one with `keel schedule add`)");
+            } else {
+                print_table(&listed, chrono::Utc::now());
             }
             Ok(exit::COMPLETED)
         }
@@ -128,6 +119,80 @@ async fn pause(schedules: &Arc<dyn Schedules>, id: &str, paused: bool) -> anyhow
     schedules.set_schedule_paused(id, paused).await?;
     outln!("{} {id}", if paused { "paused" } else { "resumed" });
     Ok(exit::COMPLETED)
+}
+
+/// `keel schedule list`: one row per schedule (id, when, next fire, last fire, target,
+/// task), times local with their offset; a last fire's reason (a refusal, an error) on
+/// the line below it.
+fn print_table(listed: &[(ScheduleRow, Vec<FireRow>)], now: DateTime<Utc>) {
+    let time = |at: DateTime<Utc>| {
+        at.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M:%S %:z").to_string()
+    };
+    let header = ["SCHEDULE", "WHEN", "NEXT FIRE", "LAST FIRE", "TARGET", "TASK"];
+    let mut rows: Vec<([String; 6], Option<String>)> = Vec::new();
+    for (row, fires) in listed {
+        let spec = serde_json::from_value::<ScheduleSpec>(row.spec.clone());
+        let (when, next, target, task) = match &spec {
+            Ok(spec) => {
+                let next = if row.paused {
+                    "paused".to_owned()
+                } else {
+                    match schedule::next_slot(&spec.when, row.created_at, now) {
+                        Ok(Some(at)) => time(at),
+                        Ok(None) => "never".to_owned(),
+                        Err(error) => format!("invalid: {error:#}"),
+                    }
+                };
+                let target = match &spec.target {
+                    Target::Session { session_id } => format!("session {session_id}"),
+                    Target::Template { workspace, .. } => format!("new session in {workspace}"),
+                };
+                (spec.when.text(), next, target, spec.task.clone())
+            }
+            Err(error) => (format!("unreadable: {error}"), "-".into(), "-".into(), String::new()),
+        };
+        let (last, reason) = match fires.first() {
+            None => ("never fired".to_owned(), None),
+            Some(fire) => {
+                let reason = (!fire.detail.is_empty())
+                    .then(|| format!("{}: {}", fire.state.as_str(), fire.detail));
+                (format!("{} {}", fire.state.as_str(), time(fire.scheduled_at)), reason)
+            }
+        };
+        let cells = [
+            row.id.to_string(),
+            terminal::one_line(&when, 60),
+            next,
+            last,
+            terminal::one_line(&target, 80),
+            terminal::one_line(&task, 80),
+        ];
+        rows.push((cells, reason.map(|reason| terminal::one_line(&reason, 300))));
+    }
+    let mut widths = header.map(|title| title.chars().count());
+    for (cells, _) in &rows {
+        for (width, cell) in widths.iter_mut().zip(cells) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut text = String::new();
+        for (index, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if index + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        text.trim_end().to_owned()
+    };
+    outln!("{}", line(&header.map(str::to_owned)));
+    for (cells, reason) in &rows {
+        outln!("{}", line(cells));
+        if let Some(reason) = reason {
+            outln!("  ↳ {reason}");
+        }
+    }
 }
 
 /// A schedule id from its full text or a unique prefix.

@@ -192,6 +192,41 @@ impl Compiled {
     }
 }
 
+impl When {
+    /// How a person reads it: `every 5m`, `every 90s`, `cron "0 9 * * MON-FRI" Europe/Berlin`.
+    pub fn text(&self) -> String {
+        match self {
+            When::Every { every_ms } => {
+                let ms = *every_ms;
+                match ms {
+                    _ if ms > 0 && ms.is_multiple_of(3_600_000) => {
+                        format!("every {}h", ms / 3_600_000)
+                    }
+                    _ if ms > 0 && ms.is_multiple_of(60_000) => format!("every {}m", ms / 60_000),
+                    _ if ms.is_multiple_of(1000) => format!("every {}s", ms / 1000),
+                    _ => format!("every {ms}ms"),
+                }
+            }
+            When::Cron { cron, tz } => format!("cron {cron:?} {tz}"),
+        }
+    }
+}
+
+/// The first slot of `when` strictly after `after`, for a schedule created at `origin`
+/// (interval slots count from it); `None` when there is none (a cron that never matches
+/// again).
+///
+/// # Errors
+///
+/// A usage error when `when` does not compile.
+pub fn next_slot(
+    when: &When,
+    origin: DateTime<Utc>,
+    after: DateTime<Utc>,
+) -> anyhow::Result<Option<DateTime<Utc>>> {
+    Ok(Compiled::of(when)?.next_after(origin, after))
+}
+
 /// The slots of `when` in `(after, until]`, oldest first, at most `limit`... counted from
 /// the newest: when more fall in the range, the oldest are left out.
 ///

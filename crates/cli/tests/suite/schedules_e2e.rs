@@ -822,3 +822,97 @@ async fn a_schedule_into_a_waiting_session_skips_and_never_ends_the_wait() {
     let results = wait_results(&ledger(&env, &[], &session)).len();
     assert_eq!(results, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_list_is_a_table_with_next_and_last_fire_and_says_when_empty() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let empty = env.run(&["schedule", "list"]);
+    assert_eq!(empty.status.code(), Some(0), "{}", stderr(&empty));
+    assert_eq!(stdout(&empty), "");
+    assert!(stderr(&empty).contains("no schedules"), "{}", stderr(&empty));
+    assert_eq!(stdout(&env.run(&["schedule", "list", "--json"])), "");
+
+    let model = format!(
+        "scripted:{}",
+        env.write_script("hi.json", r#"{"steps":[{"text":"hi"}]}"#).display()
+    );
+    let ran = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "t"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    let session = sessions(&env, &[]).remove(0);
+    // `--last` names the newest session, as for the other commands that take one.
+    let added = env.run(&["schedule", "add", "--every", "5m", "--last", "again"]);
+    assert_eq!(added.status.code(), Some(0), "{}", stderr(&added));
+    let into_session = stdout(&added).trim().to_owned();
+    let both = env.run(&["schedule", "add", "--every", "5m", "--last", "--session", &session, "x"]);
+    assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
+    let added = env.run(&[
+        "schedule",
+        "add",
+        "--cron",
+        "0 9 * * MON-FRI",
+        "--tz",
+        "Europe/Berlin",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "triage",
+    ]);
+    assert_eq!(added.status.code(), Some(0), "{}", stderr(&added));
+    let template = stdout(&added).trim().to_owned();
+    // A refused fire, as a host records it.
+    let store: Arc<dyn Schedules> =
+        Arc::new(keel_store::SqliteStore::open(env.home.path().join("keel.sqlite")).unwrap());
+    let refused = FireRow {
+        schedule_id: uuid::Uuid::parse_str(&into_session).unwrap(),
+        scheduled_at: chrono::Utc::now(),
+        holder: "keel pid 1 on elsewhere".into(),
+        claimed_at: chrono::Utc::now(),
+        state: FireState::Refused,
+        session_id: None,
+        detail: "session is sealed".into(),
+    };
+    assert!(store.claim_fire(&refused).await.unwrap());
+    assert!(env.run(&["schedule", "pause", &template]).status.success());
+
+    let listed = env.run(&["schedule", "list"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    let text = stdout(&listed);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("SCHEDULE") && lines[0].contains("NEXT FIRE"), "{text}");
+    assert!(!text.contains("every_ms") && !text.contains('{'), "no raw JSON: {text}");
+    let row = |id: &str| *lines.iter().find(|line| line.starts_with(id)).unwrap();
+    let first = row(&into_session);
+    assert!(first.contains("every 5m"), "{first}");
+    assert!(first.contains("refused 20"), "{first}");
+    assert!(first.contains(&format!("session {session}")), "{first}");
+    assert!(first.ends_with("again"), "{first}");
+    // The next fire is a zoned time; the refusal's reason is on the line below.
+    let zoned = |line: &str| {
+        line.split_whitespace()
+            .filter(|word| {
+                word.len() == 6
+                    && (word.starts_with('+') || word.starts_with('-'))
+                    && word.as_bytes()[3] == b':'
+            })
+            .count()
+    };
+    assert_eq!(zoned(first), 2, "next and last fire, each with its zone: {first}");
+    let below = lines[lines.iter().position(|line| *line == first).unwrap() + 1];
+    assert_eq!(below, "  ↳ refused: session is sealed");
+    let second = row(&template);
+    assert!(second.contains("cron \"0 9 * * MON-FRI\" Europe/Berlin"), "{second}");
+    assert!(second.contains("paused") && second.contains("never fired"), "{second}");
+    assert!(second.contains("new session in") && second.ends_with("triage"), "{second}");
+    // Columns line up: every row's WHEN starts where the header's does.
+    let column = lines[0].find("WHEN").unwrap();
+    assert_eq!(first.find("every 5m"), Some(column), "{text}");
+    assert_eq!(second.find("cron "), Some(column), "{text}");
+    // --json keeps the full data.
+    let json = json_lines(&env.run(&["schedule", "list", "--json"]));
+    let full = json.iter().find(|s| s["schedule_id"] == into_session.as_str()).unwrap();
+    assert_eq!(full["when"]["every"]["every_ms"], 300_000, "{full}");
+    assert_eq!(full["last_fire"]["detail"], "session is sealed");
+    assert_eq!(full["target"]["session"]["session_id"], session.as_str());
+}

@@ -297,3 +297,19 @@ async fn two_schedulers_on_one_store_fire_each_slot_once() {
     all.dedup();
     assert_eq!(all.len(), 10);
 }
+
+#[test]
+fn a_schedule_reads_as_its_interval_or_cron_and_names_its_next_slot() {
+    for (text, shown) in [("90s", "every 90s"), ("5m", "every 5m"), ("2h", "every 2h")] {
+        assert_eq!(parse_every(text).unwrap().text(), shown);
+    }
+    let weekdays = cron("0 9 * * MON-FRI", "Europe/Berlin");
+    assert_eq!(weekdays.text(), "cron \"0 9 * * MON-FRI\" Europe/Berlin");
+    // Interval slots count from creation: created 10:00, every 5m, now 10:07 → 10:10.
+    let every = parse_every("5m").unwrap();
+    let next = next_slot(&every, utc(2026, 6, 1, 10, 0), utc(2026, 6, 1, 10, 7)).unwrap();
+    assert_eq!(next, Some(utc(2026, 6, 1, 10, 10)));
+    // Friday 2026-06-05 10:00 UTC (12:00 in Berlin) → Monday 09:00 CEST (07:00 UTC).
+    let next = next_slot(&weekdays, utc(2026, 6, 1, 0, 0), utc(2026, 6, 5, 10, 0)).unwrap();
+    assert_eq!(next, Some(utc(2026, 6, 8, 7, 0)));
+}
