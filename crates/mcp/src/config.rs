@@ -52,6 +52,20 @@ pub struct McpServerConfig {
     /// `Authorization: Bearer <token>`. The token is read when the server is connected and
     /// is never stored, shown or logged.
     pub bearer_token_env: Option<String>,
+    /// OAuth: a client ID the server's authorization server issued to you out of band
+    /// (pre-registration). Without it `keel mcp login` registers keel dynamically
+    /// (RFC 7591) where the authorization server offers it.
+    pub oauth_client_id: Option<String>,
+    /// OAuth: the environment variable holding the secret of `oauth_client_id`, if it has
+    /// one (read by `keel mcp login`, kept with the tokens).
+    pub oauth_client_secret_env: Option<String>,
+    /// OAuth: the `https://` URL of a client ID metadata document you host, used as the
+    /// client ID when the authorization server supports them.
+    pub oauth_client_metadata_url: Option<String>,
+    /// Set by a composition root for a table that came from a workspace file: such a
+    /// server never gets the user's stored OAuth tokens. Never read from TOML.
+    #[serde(skip)]
+    pub from_workspace: bool,
     /// Start-up budget: spawn or connect, initialize, list tools.
     pub startup_timeout_ms: Option<u64>,
     /// Budget for one tool call; on expiry the call is cancelled at the server.
@@ -109,6 +123,22 @@ pub struct ServerSpec {
     pub trusted: bool,
     /// Per-tool declarations, keyed by the server's own tool name.
     pub tools: BTreeMap<String, ToolDeclaration>,
+    /// OAuth client settings of a URL server (all empty by default).
+    pub oauth: OAuthClientSpec,
+    /// Whether the table came from a workspace file ([`McpServerConfig::from_workspace`]):
+    /// then stored OAuth tokens are never used for it.
+    pub from_workspace: bool,
+}
+
+/// The user's OAuth client settings for one URL server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OAuthClientSpec {
+    /// A pre-registered client ID (`oauth_client_id`).
+    pub client_id: Option<String>,
+    /// The variable holding its secret (`oauth_client_secret_env`).
+    pub client_secret_env: Option<String>,
+    /// A client ID metadata document URL (`oauth_client_metadata_url`).
+    pub client_metadata_url: Option<String>,
 }
 
 /// How a server is reached.
@@ -182,6 +212,9 @@ impl McpServerConfig {
                 let http_only = [
                     ("headers", !self.headers.is_empty()),
                     ("bearer_token_env", self.bearer_token_env.is_some()),
+                    ("oauth_client_id", self.oauth_client_id.is_some()),
+                    ("oauth_client_secret_env", self.oauth_client_secret_env.is_some()),
+                    ("oauth_client_metadata_url", self.oauth_client_metadata_url.is_some()),
                 ];
                 if let Some((key, _)) = http_only.iter().find(|(_, set)| *set) {
                     return Err(ConfigError::HttpOnlyKey { server: server(), key });
@@ -222,13 +255,39 @@ impl McpServerConfig {
                         });
                     }
                 }
-                if let Some(variable) = &self.bearer_token_env {
+                for variable in
+                    [&self.bearer_token_env, &self.oauth_client_secret_env].into_iter().flatten()
+                {
                     let valid = !variable.is_empty()
                         && variable.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                     if !valid {
                         return Err(ConfigError::InvalidTokenVariable {
                             server: server(),
                             variable: variable.clone(),
+                        });
+                    }
+                }
+                if self.oauth_client_secret_env.is_some() && self.oauth_client_id.is_none() {
+                    return Err(ConfigError::OAuthSecretWithoutId { server: server() });
+                }
+                if let Some(id) = &self.oauth_client_id
+                    && (id.is_empty() || id.chars().any(char::is_control))
+                {
+                    return Err(ConfigError::InvalidOAuthClient {
+                        server: server(),
+                        key: "oauth_client_id",
+                    });
+                }
+                if let Some(document) = &self.oauth_client_metadata_url {
+                    let https = reqwest::Url::parse(document).is_ok_and(|parsed| {
+                        parsed.scheme() == "https"
+                            && parsed.host_str().is_some()
+                            && parsed.path() != "/"
+                    });
+                    if !https {
+                        return Err(ConfigError::InvalidOAuthClient {
+                            server: server(),
+                            key: "oauth_client_metadata_url",
                         });
                     }
                 }
@@ -258,6 +317,12 @@ impl McpServerConfig {
             tool_timeout: timeout(self.tool_timeout_ms, "tool_timeout_ms", DEFAULT_TOOL_TIMEOUT)?,
             trusted: self.trusted,
             tools: self.tools.clone(),
+            oauth: OAuthClientSpec {
+                client_id: self.oauth_client_id.clone(),
+                client_secret_env: self.oauth_client_secret_env.clone(),
+                client_metadata_url: self.oauth_client_metadata_url.clone(),
+            },
+            from_workspace: self.from_workspace,
         })
     }
 
@@ -268,11 +333,16 @@ impl McpServerConfig {
         self.trusted || self.tools.values().any(|tool| tool.access == Access::Read)
     }
 
-    /// Whether this table sends credentials: `headers` or `bearer_token_env`. A composition
-    /// root refuses such tables from a workspace file: the repository chooses the URL, so a
-    /// token read from the user's environment would go wherever the repository says.
+    /// Whether this table sends credentials: `headers`, `bearer_token_env` or an `oauth_*`
+    /// client setting. A composition root refuses such tables from a workspace file: the
+    /// repository chooses the URL, so a token read from the user's environment (or an
+    /// OAuth client of the user's) would go wherever the repository says.
     pub fn sends_credentials(&self) -> bool {
-        !self.headers.is_empty() || self.bearer_token_env.is_some()
+        !self.headers.is_empty()
+            || self.bearer_token_env.is_some()
+            || self.oauth_client_id.is_some()
+            || self.oauth_client_secret_env.is_some()
+            || self.oauth_client_metadata_url.is_some()
     }
 }
 

@@ -107,10 +107,35 @@ impl Connection {
                 })?;
                 let session_lost = client.session_lost();
                 let last_error = client.last_error();
-                let transport = StreamableHttpClientTransport::with_client(client, config);
-                let service = handler.clone().serve(transport).await.map_err(|error| {
+                // A stored OAuth login for this very URL, for a server of the user's own
+                // config that sends no token of its own.
+                let oauth = match (&options.oauth, bearer_token_env) {
+                    (Some(store), None) if !spec.from_workspace => {
+                        crate::oauth::authorized_manager(store, url).await.map_err(|error| {
+                            ConnectError::OAuth {
+                                server: spec.name.clone(),
+                                message: error.to_string(),
+                            }
+                        })?
+                    }
+                    _ => None,
+                };
+                let had_login = oauth.is_some();
+                let served = match oauth {
+                    Some((manager, stored_secrets)) => {
+                        secrets.extend(stored_secrets);
+                        let client = rmcp::transport::AuthClient::new(client, manager);
+                        let transport = StreamableHttpClientTransport::with_client(client, config);
+                        handler.clone().serve(transport).await
+                    }
+                    None => {
+                        let transport = StreamableHttpClientTransport::with_client(client, config);
+                        handler.clone().serve(transport).await
+                    }
+                };
+                let service = served.map_err(|error| {
                     if needs_authorization(&error) {
-                        ConnectError::AuthorizationRequired
+                        ConnectError::AuthorizationRequired { server: spec.name.clone(), had_login }
                     } else {
                         ConnectError::Initialize {
                             message: redacted(describe(&error), &secrets),
@@ -208,7 +233,8 @@ fn header_map(headers: &HttpHeaders) -> Result<HashMap<HeaderName, HeaderValue>,
 }
 
 /// Whether the handshake failed because the server wants authorization (HTTP 401 with a
-/// `WWW-Authenticate` challenge, or 403 for a missing scope).
+/// `WWW-Authenticate` challenge, 403 for a missing scope, or a stored login that expired
+/// and could not be refreshed).
 fn needs_authorization(error: &ClientInitializeError) -> bool {
     let ClientInitializeError::TransportError { error, .. } = error else { return false };
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error.error.as_ref());

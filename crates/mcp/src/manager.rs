@@ -67,6 +67,9 @@ pub struct StartOptions {
     pub bearer_tokens: BearerTokens,
     /// How servers' `elicitation/create` requests are answered.
     pub elicitation: ElicitationPolicy,
+    /// Where OAuth logins are stored (normally `KEEL_HOME/mcp/oauth`); `None`: URL servers
+    /// get no stored OAuth tokens.
+    pub oauth: Option<crate::oauth::OAuthStore>,
 }
 
 /// Bearer tokens by environment variable name. `Debug` prints the names only.

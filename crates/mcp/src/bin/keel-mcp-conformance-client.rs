@@ -6,13 +6,19 @@
 //! scenario (the suite sets both). It connects (initialize, `tools/list`), then calls every
 //! listed tool once, with arguments made from its input schema (`add_numbers` of the
 //! `tools_call` scenario gets `a = 2`, `b = 3`), and exits 0 when every step worked.
+//! For an `auth/*` scenario it first logs in as `keel mcp login` does ([`oauth::login`]),
+//! with an HTTP fetch of the authorization URL as the browser, into a scratch token store.
 //! It is a test harness, not part of keel's interface.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use keel_contracts::{Outcome, SandboxMode, SessionId, ToolCallId, ToolContext};
+use keel_mcp::oauth::{self, FetchingBrowser, LoginOptions, OAuthStore};
 use keel_mcp::{ElicitationPolicy, McpServerConfig, McpServers, ServerState, StartOptions};
+
+/// The client ID metadata document URL the suite's `auth/basic-cimd` scenario expects.
+const CIMD_URL: &str = "https://conformance-test.local/client-metadata.json";
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
@@ -22,8 +28,23 @@ async fn main() -> ExitCode {
     };
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
     eprintln!("scenario {scenario:?} against {url}");
-    let config =
-        McpServerConfig { url: Some(url), startup_timeout_ms: Some(20_000), ..Default::default() };
+    let auth = scenario.starts_with("auth/");
+    // Scenario data: the pre-registered client of `auth/pre-registration`.
+    let context: serde_json::Value = std::env::var("MCP_CONFORMANCE_CONTEXT")
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    let client_id = context["client_id"].as_str().map(str::to_owned);
+    let client_secret = context["client_secret"].as_str().map(str::to_owned);
+    let config = McpServerConfig {
+        url: Some(url),
+        startup_timeout_ms: Some(20_000),
+        oauth_client_id: client_id.clone(),
+        oauth_client_secret_env: client_secret.as_ref().map(|_| "CONFORMANCE_SECRET".into()),
+        // The document the suite's client ID metadata scenario expects (it is not fetched).
+        oauth_client_metadata_url: auth.then(|| CIMD_URL.to_owned()),
+        ..Default::default()
+    };
     let spec = match config.validate("conformance") {
         Ok(spec) => spec,
         Err(error) => {
@@ -32,6 +53,27 @@ async fn main() -> ExitCode {
         }
     };
     let scratch = std::env::temp_dir().join(format!("keel-mcp-conformance-{}", std::process::id()));
+    let store = OAuthStore::new(scratch.join("oauth"));
+    if auth {
+        // `keel mcp login`, with an HTTP fetch of the authorization URL as the browser
+        // (the suite's authorization server redirects at once).
+        let login = LoginOptions {
+            store: store.clone(),
+            client_secret,
+            timeout: std::time::Duration::from_secs(30),
+        };
+        match oauth::login(&spec, &login, &FetchingBrowser).await {
+            Ok(report) => eprintln!(
+                "logged in at {} as {} (scopes {:?})",
+                report.authorization_server, report.client_id, report.scopes
+            ),
+            Err(error) => {
+                eprintln!("login failed: {error}");
+                let _ = std::fs::remove_dir_all(&scratch);
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let options = StartOptions {
         log_dir: scratch.join("logs"),
         workspace: std::env::temp_dir(),
@@ -39,6 +81,7 @@ async fn main() -> ExitCode {
         bearer_tokens: Default::default(),
         // The suite's answers are the defaults it offers (as under `--approval auto`).
         elicitation: ElicitationPolicy::AcceptDefaults,
+        oauth: Some(store),
     };
     let servers = McpServers::start(vec![spec], options).await;
     let mut ok = true;
