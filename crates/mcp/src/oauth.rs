@@ -917,7 +917,7 @@ mod tests {
     }
 
     #[test]
-    fn metadata_without_s256_or_with_plain_http_endpoints_is_refused() {
+    fn redteam_mcp_oauth_no_s256_or_a_plain_http_endpoint_for_a_remote_server_is_refused() {
         let remote = Url::parse("https://mcp.example.com/mcp").unwrap();
         let loopback = Url::parse("http://127.0.0.1:9/mcp").unwrap();
         let good =

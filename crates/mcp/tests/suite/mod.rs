@@ -4,4 +4,5 @@ mod everything;
 mod fake;
 mod filesystem;
 mod http;
+mod oauth;
 mod support;
