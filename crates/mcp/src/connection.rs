@@ -38,6 +38,8 @@ pub(crate) struct Connection {
     session_lost: Option<Arc<AtomicBool>>,
     /// HTTP: the last failed POST (see [`KeelHttpClient::last_error`]).
     last_http_error: Option<Arc<std::sync::Mutex<Option<String>>>>,
+    /// HTTP: the challenge of the last request refused with 401/403.
+    last_challenge: Option<Arc<std::sync::Mutex<Option<String>>>>,
     // Dropped after `service`, so the transport closes before the group is killed.
     child: Option<ChildGuard>,
 }
@@ -107,6 +109,7 @@ impl Connection {
                 })?;
                 let session_lost = client.session_lost();
                 let last_error = client.last_error();
+                let last_challenge = client.last_challenge();
                 // A stored OAuth login for this very URL, for a server of the user's own
                 // config that sends no token of its own.
                 let oauth = match (&options.oauth, bearer_token_env) {
@@ -134,7 +137,9 @@ impl Connection {
                     }
                 };
                 let service = served.map_err(|error| {
-                    if needs_authorization(&error) {
+                    if let Some(scope) = step_up(options, spec, &last_challenge) {
+                        ConnectError::InsufficientScope { server: spec.name.clone(), scope }
+                    } else if needs_authorization(&error) {
                         ConnectError::AuthorizationRequired { server: spec.name.clone(), had_login }
                     } else {
                         ConnectError::Initialize {
@@ -143,7 +148,10 @@ impl Connection {
                         }
                     }
                 })?;
-                Ok(Connection::new(service, None, Some(session_lost), Some(last_error)))
+                let mut connection =
+                    Connection::new(service, None, Some(session_lost), Some(last_error));
+                connection.last_challenge = Some(last_challenge);
+                Ok(connection)
             }
         }
     }
@@ -159,8 +167,16 @@ impl Connection {
             service: tokio::sync::Mutex::new(service),
             session_lost,
             last_http_error,
+            last_challenge: None,
             child,
         }
+    }
+
+    /// HTTP: when the last refused request was refused for lack of OAuth scope (403
+    /// `insufficient_scope`), the scopes the server asks for; the challenge is kept with
+    /// the stored login so `keel mcp login` asks for them (step-up authorization).
+    pub(crate) fn step_up(&self, spec: &ServerSpec, options: &StartOptions) -> Option<String> {
+        step_up(options, spec, self.last_challenge.as_ref()?)
     }
 
     /// HTTP: how the last failed request failed (`HTTP 500 ...`), if one did.
@@ -206,6 +222,36 @@ impl Connection {
             None => None,
         }
     }
+}
+
+/// The scopes a 403 `insufficient_scope` challenge in `last` asks for (taken, so it is
+/// reported once), noted with the server's stored login when there is one.
+fn step_up(
+    options: &StartOptions,
+    spec: &ServerSpec,
+    last: &Arc<std::sync::Mutex<Option<String>>>,
+) -> Option<String> {
+    let challenge = last.lock().ok()?.take()?;
+    let base = reqwest::Url::parse("http://localhost/").ok()?;
+    let params = rmcp::transport::WWWAuthenticateParams::parse(&challenge, &base);
+    if !params.is_insufficient_scope() {
+        return None;
+    }
+    if let (Some(store), TransportSpec::Http { url, bearer_token_env: None, .. }) =
+        (&options.oauth, &spec.transport)
+        && !spec.from_workspace
+    {
+        crate::oauth::note_step_up(store, url, &challenge);
+    }
+    // The server's words reach the model: scope tokens only (RFC 6749 §3.3), bounded.
+    let scope: String = params
+        .scope
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| *c == ' ' || (c.is_ascii_graphic() && *c != '"' && *c != '\\'))
+        .take(200)
+        .collect();
+    Some(if scope.trim().is_empty() { "unnamed scopes".to_owned() } else { scope })
 }
 
 /// The configured headers as reqwest's types (validated with the config already).

@@ -166,6 +166,17 @@ pub enum ConnectError {
         /// Whether a stored OAuth login was tried.
         had_login: bool,
     },
+    /// The server refused keel's OAuth token for lack of scope (403 `insufficient_scope`).
+    #[error(
+        "the server asks for more OAuth scopes ({scope}) than keel's login holds: run \
+         `keel mcp login {server}` to grant them"
+    )]
+    InsufficientScope {
+        /// The server's name.
+        server: String,
+        /// The scopes it asks for, as it names them.
+        scope: String,
+    },
     /// The stored OAuth login could not be used (unreadable token file, broken metadata).
     #[error("the stored OAuth login cannot be used: {message}; run `keel mcp login {server}`")]
     OAuth {

@@ -251,11 +251,17 @@ async fn start_one(
     });
     let listed = tokio::time::timeout(server.spec.startup_timeout, async {
         let connection = server.connect().await?;
-        let tools =
-            connection.peer().list_all_tools().await.map_err(|error| ConnectError::ListTools {
-                message: error.to_string(),
-                stderr_tail: server.stderr_tail(),
-            })?;
+        let tools = connection.peer().list_all_tools().await.map_err(|error| {
+            match connection.step_up(&server.spec, &server.options) {
+                Some(scope) => {
+                    ConnectError::InsufficientScope { server: server.spec.name.clone(), scope }
+                }
+                None => ConnectError::ListTools {
+                    message: error.to_string(),
+                    stderr_tail: server.stderr_tail(),
+                },
+            }
+        })?;
         Ok::<_, ConnectError>((connection, tools))
     })
     .await;
@@ -524,6 +530,14 @@ impl ServerHandle {
                     ));
                 }
             }
+        }
+        if let Ok(Err(_)) = &called
+            && let Some(scope) = connection.step_up(&self.spec, &self.options)
+        {
+            return ToolOutput::error(format!(
+                "error: MCP server '{server}' refused the call: {}",
+                ConnectError::InsufficientScope { server: server.clone(), scope }
+            ));
         }
         match called {
             Ok(Ok(result)) => {

@@ -196,6 +196,10 @@ struct OAuthRecord {
     /// rmcp's stored credentials (tokens, scopes, when they were received).
     #[serde(default)]
     credentials: Option<StoredCredentials>,
+    /// The `WWW-Authenticate` challenge of a request the server refused for lack of scope
+    /// (403 `insufficient_scope`): the next login asks for its scopes too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    step_up: Option<String>,
 }
 
 impl std::fmt::Debug for OAuthRecord {
@@ -345,16 +349,29 @@ struct FileCredentialStore {
     template: OAuthRecord,
     /// One refresh at a time within this process.
     refresh: Arc<tokio::sync::Mutex<()>>,
+    /// Whether a step-up challenge noted in the file is kept on writes (a connection's
+    /// refresh), or dropped (a login, which asked for those scopes).
+    keep_step_up: bool,
 }
 
 impl FileCredentialStore {
-    fn new(path: PathBuf, mut template: OAuthRecord) -> FileCredentialStore {
+    fn new(path: PathBuf, mut template: OAuthRecord, keep_step_up: bool) -> FileCredentialStore {
         template.credentials = None;
-        FileCredentialStore { path, template, refresh: Arc::default() }
+        template.step_up = None;
+        FileCredentialStore { path, template, refresh: Arc::default(), keep_step_up }
     }
 
     fn write(&self, credentials: Option<StoredCredentials>) -> Result<(), AuthError> {
-        let record = OAuthRecord { credentials, ..self.template.clone() };
+        // A step-up challenge noted since this store was made is kept.
+        let step_up = if self.keep_step_up {
+            read_record(&self.path, &self.template.server_url)
+                .ok()
+                .flatten()
+                .and_then(|record| record.step_up)
+        } else {
+            None
+        };
+        let record = OAuthRecord { credentials, step_up, ..self.template.clone() };
         write_record(&self.path, &record)
             .map_err(|error| AuthError::CredentialStoreError(error.to_string()))
     }
@@ -395,6 +412,16 @@ impl CredentialStore for FileCredentialStore {
     }
 }
 
+/// Notes a 403 `insufficient_scope` challenge with the login stored for `url` (if there
+/// is one), for the next [`login`]. Best effort: a failure to write only loses the hint.
+pub(crate) fn note_step_up(store: &OAuthStore, url: &str, challenge: &str) {
+    let (Ok(Some(mut record)), Ok(path)) = (store.load(url), store.path_for(url)) else {
+        return;
+    };
+    record.step_up = Some(challenge.chars().take(2000).collect());
+    let _ = write_record(&path, &record);
+}
+
 /// For a connection: an rmcp authorization manager over the login stored for `url`,
 /// or `None` when there is none (or it holds no tokens). Also returns the record's
 /// secrets, for redaction.
@@ -422,7 +449,7 @@ pub(crate) async fn authorized_manager(
         config = config.with_client_secret(secret.clone());
     }
     manager.configure_client(config).map_err(|e| OAuthError::auth(&e))?;
-    manager.set_credential_store(FileCredentialStore::new(path, record));
+    manager.set_credential_store(FileCredentialStore::new(path, record, true));
     Ok(Some((manager, secrets)))
 }
 
@@ -544,7 +571,16 @@ pub async fn login_with_challenge(
     let canonical = canonical_url(url)?;
     let server_url =
         Url::parse(&canonical).map_err(|_| OAuthError::InvalidUrl { url: url.clone() })?;
-    let challenge = match challenge {
+    // A step-up: the server refused the stored token for lack of scope. Ask for what it
+    // asked for, on top of what was granted before.
+    let previous = options.store.load(&canonical).ok().flatten();
+    let granted: Vec<String> = previous
+        .as_ref()
+        .and_then(|record| record.credentials.as_ref())
+        .map(|credentials| credentials.granted_scopes.clone())
+        .unwrap_or_default();
+    let step_up = previous.and_then(|record| record.step_up);
+    let challenge = match challenge.or(step_up) {
         Some(challenge) => Some(challenge),
         None => probe(&canonical).await?,
     };
@@ -561,7 +597,12 @@ pub async fn login_with_challenge(
     let metadata = resolution.metadata;
     check_metadata(&server_url, &metadata)?;
     manager.set_metadata(metadata.clone());
-    let scopes = manager.select_initial_scopes(&[]).await;
+    let mut scopes = granted;
+    for scope in manager.select_initial_scopes(&[]).await {
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
+    }
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
         .await
@@ -599,11 +640,12 @@ pub async fn login_with_challenge(
         client_secret: client_secret.clone(),
         redirect_uri: redirect_uri.clone(),
         credentials: None,
+        step_up: None,
     };
     let path = options.store.path_for(&canonical)?;
     // The tokens are written by rmcp through this store once the code is exchanged; until
     // then nothing is on disk.
-    let pending = PendingStore::new(FileCredentialStore::new(path.clone(), record));
+    let pending = PendingStore::new(FileCredentialStore::new(path.clone(), record, false));
     let written = pending.written.clone();
     manager.set_credential_store(pending);
 
@@ -746,15 +788,16 @@ fn check_metadata(server: &Url, metadata: &AuthorizationMetadata) -> Result<(), 
     Ok(())
 }
 
-/// POSTs `initialize` without a token: the 401/403 challenge (`WWW-Authenticate`), or
-/// `None` when the server refuses without one.
+/// Asks the server without a token: POSTs `initialize` and, when a server lets that
+/// through, `tools/list` on the session it opened. The first 401/403 challenge
+/// (`WWW-Authenticate`, `None` when the refusal carries none).
 async fn probe(url: &str) -> Result<Option<String>, OAuthError> {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(PROBE_TIMEOUT)
         .build()
         .map_err(|error| OAuthError::Probe { message: error.to_string() })?;
-    let body = serde_json::json!({
+    let initialize = serde_json::json!({
         "jsonrpc": "2.0",
         "id": 0,
         "method": "initialize",
@@ -764,25 +807,43 @@ async fn probe(url: &str) -> Result<Option<String>, OAuthError> {
             "clientInfo": {"name": "keel", "version": env!("CARGO_PKG_VERSION")},
         },
     });
-    let answer = client
-        .post(url)
-        .header(reqwest::header::ACCEPT, "application/json, text/event-stream")
-        .json(&body)
-        .send()
-        .await
-        .map_err(|error| OAuthError::Probe { message: error.without_url().to_string() })?;
-    let status = answer.status();
-    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
-        return Ok(answer
-            .headers()
-            .get(reqwest::header::WWW_AUTHENTICATE)
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned));
+    let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let list = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let mut session: Option<String> = None;
+    let mut last_status = reqwest::StatusCode::OK;
+    for message in [&initialize, &initialized, &list] {
+        let mut request = client
+            .post(url)
+            .header(reqwest::header::ACCEPT, "application/json, text/event-stream")
+            .header("mcp-protocol-version", crate::connection::OFFERED_PROTOCOL_VERSION.as_str())
+            .json(message);
+        if let Some(session) = &session {
+            request = request.header("mcp-session-id", session);
+        }
+        let answer = request
+            .send()
+            .await
+            .map_err(|error| OAuthError::Probe { message: error.without_url().to_string() })?;
+        let status = answer.status();
+        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+            return Ok(answer
+                .headers()
+                .get(reqwest::header::WWW_AUTHENTICATE)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned));
+        }
+        if !status.is_success() {
+            return Err(OAuthError::Probe { message: format!("HTTP {status}") });
+        }
+        if let Some(id) = answer.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+            session = Some(id.to_owned());
+        }
+        last_status = status;
     }
-    if status.is_success() {
-        return Err(OAuthError::NotRequired { status: status.as_u16() });
+    if let Some(session) = session {
+        let _ = client.delete(url).header("mcp-session-id", session).send().await;
     }
-    Err(OAuthError::Probe { message: format!("HTTP {status}") })
+    Err(OAuthError::NotRequired { status: last_status.as_u16() })
 }
 
 /// The parts of the redirect keel needs.
