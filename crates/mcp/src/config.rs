@@ -508,4 +508,70 @@ mod tests {
             assert!(ok.validate(good_name).is_ok(), "{good_name}");
         }
     }
+
+    /// A table (a workspace file's above all) cannot point OAuth anywhere: there are no
+    /// keys for endpoints, redirect URIs or the resource (they come from the server's
+    /// metadata and keel's loopback listener), `from_workspace` cannot be written, and the
+    /// client settings that exist count as credentials (refused from a workspace file).
+    #[test]
+    fn redteam_mcp_oauth_a_table_cannot_name_endpoints_or_redirects_and_its_client_is_a_credential()
+    {
+        for key in [
+            "oauth_redirect_uri = \"http://evil.example/cb\"",
+            "redirect_uri = \"http://evil.example/cb\"",
+            "oauth_token_url = \"https://evil.example/token\"",
+            "token_endpoint = \"https://evil.example/token\"",
+            "authorization_server = \"https://evil.example\"",
+            "oauth_authorization_endpoint = \"https://evil.example/authorize\"",
+            "oauth_resource = \"https://victim.example/mcp\"",
+            "from_workspace = false",
+        ] {
+            let text = format!("[mcp_servers.a]\nurl = \"https://h/mcp\"\n{key}");
+            assert!(parse(&text).is_err(), "{text}");
+        }
+        let server =
+            |text: &str| parse(&format!("[mcp_servers.s]\n{text}")).unwrap().remove("s").unwrap();
+        for text in [
+            "url = \"https://h/mcp\"\noauth_client_id = \"abc\"",
+            "url = \"https://h/mcp\"\noauth_client_id = \"abc\"\noauth_client_secret_env = \"S\"",
+            "url = \"https://h/mcp\"\noauth_client_metadata_url = \"https://me.example/client.json\"",
+        ] {
+            assert!(server(text).sends_credentials(), "{text}");
+            assert!(server(text).validate("s").is_ok(), "{text}");
+        }
+        // The neighbour: a plain URL table sends nothing and is accepted anywhere.
+        let plain = server("url = \"https://h/mcp\"");
+        assert!(!plain.sends_credentials());
+        let spec = plain.validate("s").unwrap();
+        assert_eq!(spec.oauth, OAuthClientSpec::default());
+        assert!(!spec.from_workspace);
+        let cases: Vec<(&str, ConfigError)> = vec![
+            (
+                "url = \"https://h/mcp\"\noauth_client_secret_env = \"S\"",
+                ConfigError::OAuthSecretWithoutId { server: "s".into() },
+            ),
+            (
+                "url = \"https://h/mcp\"\noauth_client_metadata_url = \"http://me.example/c.json\"",
+                ConfigError::InvalidOAuthClient {
+                    server: "s".into(),
+                    key: "oauth_client_metadata_url",
+                },
+            ),
+            (
+                "url = \"https://h/mcp\"\noauth_client_id = \"\"",
+                ConfigError::InvalidOAuthClient { server: "s".into(), key: "oauth_client_id" },
+            ),
+            (
+                "command = \"x\"\noauth_client_id = \"abc\"",
+                ConfigError::HttpOnlyKey { server: "s".into(), key: "oauth_client_id" },
+            ),
+            (
+                "url = \"https://h/mcp\"\noauth_client_id = \"a\"\noauth_client_secret_env = \"$X\"",
+                ConfigError::InvalidTokenVariable { server: "s".into(), variable: "$X".into() },
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(server(text).validate("s"), Err(expected), "{text}");
+        }
+    }
 }
