@@ -492,7 +492,7 @@ impl Browser for FetchingBrowser {
                 })?
                 .to_owned();
             let target = Url::parse(&location).map_err(|error| error.to_string())?;
-            if !target.host_str().is_some_and(|host| host == "127.0.0.1") {
+            if target.host_str().is_none_or(|host| host != "127.0.0.1") {
                 return Err(format!(
                     "the authorization endpoint redirected to {location}, not to keel"
                 ));
@@ -863,12 +863,9 @@ async fn wait_for_redirect(
         let (mut socket, _) = listener.accept().await.map_err(|error| {
             OAuthError::Callback(format!("the loopback listener failed: {error}"))
         })?;
-        let target = match read_request_target(&mut socket).await {
-            Some(target) => target,
-            None => {
-                respond(&mut socket, "400 Bad Request", "Not a request keel expected.").await;
-                continue;
-            }
+        let Some(target) = read_request_target(&mut socket).await else {
+            respond(&mut socket, "400 Bad Request", "Not a request keel expected.").await;
+            continue;
         };
         let Ok(url) = Url::parse(&format!("http://127.0.0.1{target}")) else {
             respond(&mut socket, "400 Bad Request", "Not a request keel expected.").await;
