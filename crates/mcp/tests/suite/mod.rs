@@ -5,4 +5,5 @@ mod fake;
 mod filesystem;
 mod http;
 mod oauth;
+mod oauth_server;
 mod support;
