@@ -40,6 +40,8 @@ pub(crate) struct Connection {
     last_http_error: Option<Arc<std::sync::Mutex<Option<String>>>>,
     /// HTTP: the challenge of the last request refused with 401/403.
     last_challenge: Option<Arc<std::sync::Mutex<Option<String>>>>,
+    /// HTTP: whether the connection uses a stored OAuth login.
+    oauth_login: bool,
     // Dropped after `service`, so the transport closes before the group is killed.
     child: Option<ChildGuard>,
 }
@@ -137,7 +139,10 @@ impl Connection {
                     }
                 };
                 let service = served.map_err(|error| {
-                    if let Some(scope) = step_up(options, spec, &last_challenge) {
+                    let refused = needs_authorization(&error)
+                        .then(|| refusal(options, spec, &last_challenge))
+                        .flatten();
+                    if let Some(Refusal::Scope(scope)) = refused {
                         ConnectError::InsufficientScope { server: spec.name.clone(), scope }
                     } else if needs_authorization(&error) {
                         ConnectError::AuthorizationRequired { server: spec.name.clone(), had_login }
@@ -151,6 +156,7 @@ impl Connection {
                 let mut connection =
                     Connection::new(service, None, Some(session_lost), Some(last_error));
                 connection.last_challenge = Some(last_challenge);
+                connection.oauth_login = had_login;
                 Ok(connection)
             }
         }
@@ -168,15 +174,27 @@ impl Connection {
             session_lost,
             last_http_error,
             last_challenge: None,
+            oauth_login: false,
             child,
         }
     }
 
-    /// HTTP: when the last refused request was refused for lack of OAuth scope (403
-    /// `insufficient_scope`), the scopes the server asks for; the challenge is kept with
-    /// the stored login so `keel mcp login` asks for them (step-up authorization).
-    pub(crate) fn step_up(&self, spec: &ServerSpec, options: &StartOptions) -> Option<String> {
-        step_up(options, spec, self.last_challenge.as_ref()?)
+    /// HTTP: why the server refused the last failed request, when it was an authorization
+    /// refusal keel could not mend (see [`refusal`]), as the error to report.
+    pub(crate) fn refusal(
+        &self,
+        spec: &ServerSpec,
+        options: &StartOptions,
+    ) -> Option<ConnectError> {
+        Some(match refusal(options, spec, self.last_challenge.as_ref()?)? {
+            Refusal::Scope(scope) => {
+                ConnectError::InsufficientScope { server: spec.name.clone(), scope }
+            }
+            Refusal::Login => ConnectError::AuthorizationRequired {
+                server: spec.name.clone(),
+                had_login: self.oauth_login,
+            },
+        })
     }
 
     /// HTTP: how the last failed request failed (`HTTP 500 ...`), if one did.
@@ -224,18 +242,27 @@ impl Connection {
     }
 }
 
-/// The scopes a 403 `insufficient_scope` challenge in `last` asks for (taken, so it is
-/// reported once), noted with the server's stored login when there is one.
-fn step_up(
+/// An authorization refusal of the server's.
+enum Refusal {
+    /// 403 `insufficient_scope`: the scopes it asks for.
+    Scope(String),
+    /// 401 that a refresh did not mend (or no login at all).
+    Login,
+}
+
+/// The refusal in `last` (the challenge of the last request refused with 401/403 and not
+/// answered since; taken, so it is reported once). A 403 `insufficient_scope` challenge is
+/// noted with the server's stored login, so `keel mcp login` asks for its scopes (step-up).
+fn refusal(
     options: &StartOptions,
     spec: &ServerSpec,
     last: &Arc<std::sync::Mutex<Option<String>>>,
-) -> Option<String> {
+) -> Option<Refusal> {
     let challenge = last.lock().ok()?.take()?;
     let base = reqwest::Url::parse("http://localhost/").ok()?;
     let params = rmcp::transport::WWWAuthenticateParams::parse(&challenge, &base);
     if !params.is_insufficient_scope() {
-        return None;
+        return Some(Refusal::Login);
     }
     if let (Some(store), TransportSpec::Http { url, bearer_token_env: None, .. }) =
         (&options.oauth, &spec.transport)
@@ -251,7 +278,7 @@ fn step_up(
         .filter(|c| *c == ' ' || (c.is_ascii_graphic() && *c != '"' && *c != '\\'))
         .take(200)
         .collect();
-    Some(if scope.trim().is_empty() { "unnamed scopes".to_owned() } else { scope })
+    Some(Refusal::Scope(if scope.trim().is_empty() { "unnamed scopes".to_owned() } else { scope }))
 }
 
 /// The configured headers as reqwest's types (validated with the config already).

@@ -141,10 +141,9 @@ impl StreamableHttpClient for KeelHttpClient {
             }
             _ => None,
         };
-        if let Some(challenge) = challenge
-            && let Ok(mut last) = self.last_challenge.lock()
-        {
-            *last = Some(challenge);
+        // A later answer (a retry with a refreshed token) clears it: it was mended.
+        if let Ok(mut last) = self.last_challenge.lock() {
+            *last = challenge;
         }
         if matches!(answer, Err(StreamableHttpError::SessionExpired)) {
             self.session_lost.store(true, Ordering::SeqCst);

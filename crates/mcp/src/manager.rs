@@ -252,15 +252,12 @@ async fn start_one(
     let listed = tokio::time::timeout(server.spec.startup_timeout, async {
         let connection = server.connect().await?;
         let tools = connection.peer().list_all_tools().await.map_err(|error| {
-            match connection.step_up(&server.spec, &server.options) {
-                Some(scope) => {
-                    ConnectError::InsufficientScope { server: server.spec.name.clone(), scope }
-                }
-                None => ConnectError::ListTools {
+            connection.refusal(&server.spec, &server.options).unwrap_or_else(|| {
+                ConnectError::ListTools {
                     message: error.to_string(),
                     stderr_tail: server.stderr_tail(),
-                },
-            }
+                }
+            })
         })?;
         Ok::<_, ConnectError>((connection, tools))
     })
@@ -531,12 +528,16 @@ impl ServerHandle {
                 }
             }
         }
+        // Refused for authorization (a login that expired and could not be refreshed, or
+        // too few scopes): say what the user can do about it.
         if let Ok(Err(_)) = &called
-            && let Some(scope) = connection.step_up(&self.spec, &self.options)
+            && let Some(refusal) = connection.refusal(&self.spec, &self.options)
         {
+            if !connection.is_alive() {
+                self.discard(&connection).await;
+            }
             return ToolOutput::error(format!(
-                "error: MCP server '{server}' refused the call: {}",
-                ConnectError::InsufficientScope { server: server.clone(), scope }
+                "error: MCP server '{server}' refused the call: {refusal}"
             ));
         }
         match called {

@@ -155,6 +155,28 @@ async fn oauth_a_401_after_a_refused_refresh_names_keel_mcp_login() {
 }
 
 #[tokio::test]
+async fn oauth_a_login_refused_mid_run_fails_the_call_naming_keel_mcp_login() {
+    let server = AuthServer::start(Knobs::default()).await;
+    let scratch = Scratch::new();
+    oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser).await.unwrap();
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    // The authorization server revokes the login: the token is refused and so is the
+    // refresh.
+    server.records().access.clear();
+    server.knobs().refresh_works = false;
+    let started = std::time::Instant::now();
+    let output = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert_eq!(output.outcome, Outcome::Error, "{}", output.content);
+    assert!(output.content.contains("run `keel mcp login remote`"), "{}", output.content);
+    assert!(!output.content.contains("s3cret"), "{}", output.content);
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    // The next call says the same at once (no login is left to try).
+    let output = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert!(output.content.contains("keel mcp login remote"), "{}", output.content);
+}
+
+#[tokio::test]
 async fn redteam_mcp_oauth_a_token_for_one_server_is_never_sent_to_another() {
     let a = AuthServer::start(Knobs::default()).await;
     let b = AuthServer::start(Knobs::default()).await;
