@@ -503,8 +503,8 @@ impl Browser for FetchingBrowser {
     }
 }
 
-/// What [`login`] needs besides the server.
-#[derive(Debug, Clone)]
+/// What [`login`] needs besides the server. `Debug` does not show the secret.
+#[derive(Clone)]
 pub struct LoginOptions {
     /// Where the tokens go.
     pub store: OAuthStore,
@@ -513,6 +513,16 @@ pub struct LoginOptions {
     pub client_secret: Option<String>,
     /// How long the user has for the browser step.
     pub timeout: Duration,
+}
+
+impl std::fmt::Debug for LoginOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginOptions")
+            .field("store", &self.store)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// What a successful login got.
@@ -949,6 +959,30 @@ mod tests {
         metadata.code_challenge_methods_supported =
             methods.map(|methods| methods.iter().map(|m| (*m).to_owned()).collect());
         metadata
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug() {
+        let options = LoginOptions {
+            store: OAuthStore::new("/tmp/x"),
+            client_secret: Some("cl1ent-s3cret".into()),
+            timeout: DEFAULT_LOGIN_TIMEOUT,
+        };
+        assert!(!format!("{options:?}").contains("s3cret"), "{options:?}");
+        let record: OAuthRecord = serde_json::from_value(serde_json::json!({
+            "server_url": "https://h/mcp",
+            "metadata": {"authorization_endpoint": "https://a/authorize", "token_endpoint": "https://a/token"},
+            "client_id": "c",
+            "client_secret": "cl1ent-s3cret",
+            "redirect_uri": "http://127.0.0.1:1/callback",
+            "credentials": {"client_id": "c", "token_response": {
+                "access_token": "acc3ss-s3cret", "refresh_token": "r3fresh-s3cret", "token_type": "bearer"}},
+        }))
+        .unwrap();
+        assert!(!format!("{record:?}").contains("s3cret"), "{record:?}");
+        let mut secrets = record.secrets();
+        secrets.sort();
+        assert_eq!(secrets, ["acc3ss-s3cret", "cl1ent-s3cret", "r3fresh-s3cret"]);
     }
 
     #[test]
