@@ -177,6 +177,40 @@ async fn oauth_a_login_refused_mid_run_fails_the_call_naming_keel_mcp_login() {
 }
 
 #[tokio::test]
+async fn oauth_a_call_refused_for_scope_names_login_and_the_next_login_asks_for_it() {
+    let server =
+        AuthServer::start(Knobs { call_scope: Some("mcp:write".into()), ..Knobs::default() }).await;
+    let scratch = Scratch::new();
+    let first = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .unwrap();
+    assert_eq!(first.scopes, ["mcp:tools"]);
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    let output = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert_eq!(output.outcome, Outcome::Error, "{}", output.content);
+    assert!(
+        output.content.contains("more OAuth scopes (mcp:tools mcp:write)"),
+        "{}",
+        output.content
+    );
+    assert!(output.content.contains("run `keel mcp login remote`"), "{}", output.content);
+    servers.close().await;
+    // The next login asks for what the server asked for, on top of what it had.
+    let second = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .unwrap();
+    assert_eq!(second.scopes, ["mcp:tools", "mcp:write"]);
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    let output = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
+    servers.close().await;
+    // The hint was used up: the token file no longer holds it.
+    let stored = std::fs::read_to_string(&second.token_file).unwrap();
+    assert!(!stored.contains("insufficient_scope"), "{stored}");
+}
+
+#[tokio::test]
 async fn redteam_mcp_oauth_a_token_for_one_server_is_never_sent_to_another() {
     let a = AuthServer::start(Knobs::default()).await;
     let b = AuthServer::start(Knobs::default()).await;

@@ -26,6 +26,8 @@ pub(crate) struct Knobs {
     pub(crate) expires_in: u64,
     /// Whether refresh tokens are honoured.
     pub(crate) refresh_works: bool,
+    /// A scope `tools/call` needs besides `mcp:tools` (403 `insufficient_scope` without).
+    pub(crate) call_scope: Option<String>,
 }
 
 impl Default for Knobs {
@@ -36,6 +38,7 @@ impl Default for Knobs {
             pkce_methods: Some(vec!["S256".into()]),
             expires_in: 3600,
             refresh_works: true,
+            call_scope: None,
         }
     }
 }
@@ -49,7 +52,9 @@ pub(crate) struct Records {
     /// Refresh tokens the token endpoint accepts.
     pub(crate) refresh: BTreeSet<String>,
     /// Codes: code -> (code_challenge, redirect_uri).
-    pub(crate) codes: BTreeMap<String, (String, String)>,
+    pub(crate) codes: BTreeMap<String, (String, String, String)>,
+    /// The scope (space-separated) each access and refresh token was granted.
+    pub(crate) granted: BTreeMap<String, String>,
     /// `resource` of every authorize and token request.
     pub(crate) resources: Vec<String>,
     pub(crate) issued: u32,
@@ -155,6 +160,22 @@ async fn mcp(State(server): State<AuthServer>, headers: HeaderMap, body: String)
     }
     let message: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     let id = message["id"].clone();
+    let call_scope = server.knobs().call_scope.clone();
+    if let (Some(needed), Some("tools/call")) = (call_scope, message["method"].as_str()) {
+        let granted = token
+            .as_ref()
+            .and_then(|token| server.records().granted.get(token).cloned())
+            .unwrap_or_default();
+        if !granted.split(' ').any(|scope| scope == needed) {
+            let challenge = format!(
+                "Bearer error=\"insufficient_scope\", scope=\"mcp:tools {needed}\", \
+                 resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"",
+                server.origin
+            );
+            return (StatusCode::FORBIDDEN, [(header::WWW_AUTHENTICATE, challenge)])
+                .into_response();
+        }
+    }
     let result = match message["method"].as_str() {
         Some("initialize") => serde_json::json!({
             "protocolVersion": "2025-11-25",
@@ -227,7 +248,8 @@ async fn authorize(
     let mut records = server.records();
     records.resources.push(query.get("resource").cloned().unwrap_or_default());
     let code = format!("code-{}", records.codes.len());
-    records.codes.insert(code.clone(), (query["code_challenge"].clone(), redirect.clone()));
+    let scope = query.get("scope").cloned().unwrap_or_default();
+    records.codes.insert(code.clone(), (query["code_challenge"].clone(), redirect.clone(), scope));
     let location = format!("{redirect}?code={code}&state={}", query["state"]);
     (StatusCode::FOUND, [(header::LOCATION, location)]).into_response()
 }
@@ -242,9 +264,9 @@ async fn token(
     let refused = |error: &str| {
         (StatusCode::BAD_REQUEST, axum::Json(serde_json::json!({"error": error}))).into_response()
     };
-    match form.get("grant_type").map(String::as_str) {
+    let scope = match form.get("grant_type").map(String::as_str) {
         Some("authorization_code") => {
-            let Some((challenge, redirect)) =
+            let Some((challenge, redirect, scope)) =
                 form.get("code").and_then(|code| records.codes.remove(code))
             else {
                 return refused("invalid_grant");
@@ -255,6 +277,7 @@ async fn token(
             if computed != challenge || form.get("redirect_uri") != Some(&redirect) {
                 return refused("invalid_grant");
             }
+            scope
         }
         Some("refresh_token") => {
             let known =
@@ -263,20 +286,25 @@ async fn token(
                 return refused("invalid_grant");
             }
             records.refreshed += 1;
+            form.get("refresh_token")
+                .and_then(|token| records.granted.get(token).cloned())
+                .unwrap_or_default()
         }
         _ => return refused("unsupported_grant_type"),
-    }
+    };
     records.issued += 1;
     let access = format!("at-{}-s3cret", records.issued);
     let refresh = format!("rt-{}-s3cret", records.issued);
     records.access.insert(access.clone());
     records.refresh.insert(refresh.clone());
+    records.granted.insert(access.clone(), scope.clone());
+    records.granted.insert(refresh.clone(), scope.clone());
     axum::Json(serde_json::json!({
         "access_token": access,
         "token_type": "Bearer",
         "expires_in": knobs.expires_in,
         "refresh_token": refresh,
-        "scope": "mcp:tools",
+        "scope": scope,
     }))
     .into_response()
 }
