@@ -767,8 +767,8 @@ fn is_loopback_host(url: &Url) -> bool {
 }
 
 /// keel's own checks of discovered metadata, on top of rmcp's (resource and issuer):
-/// PKCE S256 advertised, and every endpoint `https://` unless it and the server are both
-/// on loopback.
+/// PKCE S256 advertised, and the issuer and every endpoint `https://` unless it and the
+/// server are both on loopback.
 fn check_metadata(server: &Url, metadata: &AuthorizationMetadata) -> Result<(), OAuthError> {
     let s256 = metadata
         .code_challenge_methods_supported
@@ -777,7 +777,9 @@ fn check_metadata(server: &Url, metadata: &AuthorizationMetadata) -> Result<(), 
     if !s256 {
         return Err(OAuthError::PkceUnsupported);
     }
+    // The issuer too: metadata fetched over plain HTTP could name any endpoints.
     let endpoints = [
+        ("issuer", metadata.issuer.as_ref()),
         ("authorization_endpoint", Some(&metadata.authorization_endpoint)),
         ("token_endpoint", Some(&metadata.token_endpoint)),
         ("registration_endpoint", metadata.registration_endpoint.as_ref()),
@@ -1030,5 +1032,11 @@ mod tests {
         assert!(check_metadata(&remote, &local).is_err());
         let mixed = metadata("http://as.example.com/a", "http://127.0.0.1:7/t", Some(&["S256"]));
         assert!(check_metadata(&loopback, &mixed).is_err());
+        let mut plain_issuer = good.clone();
+        plain_issuer.issuer = Some("http://as.example.com".into());
+        assert!(matches!(
+            check_metadata(&remote, &plain_issuer),
+            Err(OAuthError::InsecureEndpoint { endpoint: "issuer", .. })
+        ));
     }
 }
