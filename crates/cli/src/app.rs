@@ -107,6 +107,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Mcp { command: McpCommand::List { workspace, json } } => {
             mcp::list(workspace.as_deref(), json).await
         }
+        Command::Mcp { command: McpCommand::Login { name, workspace, timeout, no_browser } } => {
+            mcp::login(&name, workspace.as_deref(), timeout, no_browser).await
+        }
+        Command::Mcp { command: McpCommand::Logout { name, workspace } } => {
+            mcp::logout(&name, workspace.as_deref())
+        }
         Command::Serve {
             listen,
             allow_remote,

@@ -319,6 +319,29 @@ pub(crate) enum McpCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Log in to a URL server with OAuth: opens the authorization page (or prints its URL),
+    /// waits for the redirect on 127.0.0.1 and stores the tokens in KEEL_HOME/mcp/oauth.
+    Login {
+        /// The server's name (`[mcp_servers.NAME]` of your own config).
+        name: String,
+        /// Workspace whose .keel/config.toml is merged (default: the current directory).
+        #[arg(short = 'C', long = "workspace", value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// How long to wait for the browser step, in seconds.
+        #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+        timeout: u64,
+        /// Do not try to open a browser; only print the URL.
+        #[arg(long)]
+        no_browser: bool,
+    },
+    /// Delete the stored OAuth login of a URL server.
+    Logout {
+        /// The server's name.
+        name: String,
+        /// Workspace whose .keel/config.toml is merged (default: the current directory).
+        #[arg(short = 'C', long = "workspace", value_name = "DIR")]
+        workspace: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,4 +1,5 @@
 //! `keel mcp list`: the configured MCP servers, their state, tools and declared access.
+//! `keel mcp login NAME` / `keel mcp logout NAME`: a URL server's OAuth login.
 
 use std::path::Path;
 
@@ -86,6 +87,138 @@ pub(crate) async fn list(workspace: Option<&Path>, json: bool) -> anyhow::Result
         }
     }
     Ok(exit::COMPLETED)
+}
+
+/// The validated server `name` of the merged config, refusing one from a workspace file.
+fn server_spec(
+    name: &str,
+    workspace: Option<&Path>,
+) -> anyhow::Result<(keel_mcp::ServerSpec, std::path::PathBuf)> {
+    let workspace = canonical_workspace(workspace)?;
+    let home = config::keel_home()?;
+    let config = config::load_merged(&home, &workspace).map_err(|e| usage(format!("{e:#}")))?;
+    let Some(server) = config.mcp_servers.get(name) else {
+        let known: Vec<&str> = config.mcp_servers.keys().map(String::as_str).collect();
+        return Err(usage(format!(
+            "no MCP server '{name}' in your config (configured: {})",
+            if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+        )));
+    };
+    let spec = server.validate(name).map_err(|error| usage(format!("config: {error}")))?;
+    Ok((spec, home))
+}
+
+/// `keel mcp login NAME`: the OAuth browser step for a URL server of the user's own
+/// config. Prints the authorization URL, opens a browser when one is available, waits up
+/// to `timeout` seconds for the redirect on 127.0.0.1, stores the tokens.
+pub(crate) async fn login(
+    name: &str,
+    workspace: Option<&Path>,
+    timeout: u64,
+    no_browser: bool,
+) -> anyhow::Result<u8> {
+    let (spec, home) = server_spec(name, workspace)?;
+    let client_secret = match &spec.oauth.client_secret_env {
+        Some(variable) => match std::env::var(variable) {
+            Ok(secret) if !secret.is_empty() => Some(secret),
+            _ => {
+                return Err(usage(format!(
+                    "mcp server '{name}': the environment variable {variable}                      (oauth_client_secret_env) is not set"
+                )));
+            }
+        },
+        None => None,
+    };
+    let options = keel_mcp::oauth::LoginOptions {
+        store: keel_mcp::oauth::OAuthStore::new(keel_host::mcp::oauth_dir(&home)),
+        client_secret,
+        timeout: std::time::Duration::from_secs(timeout.max(1)),
+    };
+    let browser = TerminalBrowser { open: !no_browser };
+    match keel_mcp::oauth::login(&spec, &options, &browser).await {
+        Ok(report) => {
+            let scopes = if report.scopes.is_empty() {
+                "no scopes named".to_owned()
+            } else {
+                format!("scopes: {}", report.scopes.join(" "))
+            };
+            eprintln!(
+                "keel: logged in to mcp server '{name}' at {} ({scopes}); tokens in {}",
+                report.authorization_server,
+                report.token_file.display()
+            );
+            Ok(exit::COMPLETED)
+        }
+        Err(error) => {
+            eprintln!("keel: login to mcp server '{name}' failed: {error}");
+            Ok(exit::FAILED)
+        }
+    }
+}
+
+/// `keel mcp logout NAME`: deletes the stored OAuth login.
+pub(crate) fn logout(name: &str, workspace: Option<&Path>) -> anyhow::Result<u8> {
+    let (spec, home) = server_spec(name, workspace)?;
+    let keel_mcp::TransportSpec::Http { url, .. } = &spec.transport else {
+        return Err(usage(format!("mcp server '{name}' is not a URL server")));
+    };
+    let store = keel_mcp::oauth::OAuthStore::new(keel_host::mcp::oauth_dir(&home));
+    let removed = store.remove(url).map_err(|error| anyhow::anyhow!("{error}"))?;
+    if removed {
+        eprintln!("keel: removed the stored login of mcp server '{name}'");
+    } else {
+        eprintln!("keel: no stored login for mcp server '{name}'");
+    }
+    Ok(exit::COMPLETED)
+}
+
+/// The browser step in a terminal: the URL on stderr, and a browser opened when one is
+/// configured (`$BROWSER`) or a desktop session has an opener (`xdg-open`, `open`).
+struct TerminalBrowser {
+    open: bool,
+}
+
+impl keel_mcp::oauth::Browser for TerminalBrowser {
+    fn open<'a>(
+        &'a self,
+        url: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async move {
+            eprintln!("keel: to log in, open this URL in a browser:\n\n  {url}\n");
+            eprintln!("keel: waiting for the authorization server's redirect...");
+            if self.open
+                && let Some(opener) = browser_opener()
+            {
+                // Best effort: the printed URL is the fallback.
+                let _ = std::process::Command::new(opener)
+                    .arg(url)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn();
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The program that opens a URL in the user's browser, if there is one.
+fn browser_opener() -> Option<std::ffi::OsString> {
+    if let Some(browser) = std::env::var_os("BROWSER").filter(|value| !value.is_empty()) {
+        return Some(browser);
+    }
+    let desktop = cfg!(target_os = "macos")
+        || std::env::var_os("DISPLAY").is_some()
+        || std::env::var_os("WAYLAND_DISPLAY").is_some();
+    if !desktop {
+        return None;
+    }
+    let name = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .map(std::ffi::OsString::from)
 }
 
 fn egress_name(egress: Egress) -> &'static str {

@@ -341,7 +341,9 @@ pub fn load(home: &Path, workspace: &Path) -> anyhow::Result<Loaded> {
             loaded.config.base_url = Some(base_url);
             loaded.set_origin("base_url", &label);
         }
-        for (name, server) in local.mcp_servers {
+        for (name, mut server) in local.mcp_servers {
+            // Never the user's stored OAuth logins for a server the repository names.
+            server.from_workspace = true;
             let key = format!("mcp_servers.{name}");
             let taken = loaded.config.mcp_servers.contains_key(&name);
             if taken {
@@ -355,8 +357,8 @@ pub fn load(home: &Path, workspace: &Path) -> anyhow::Result<Loaded> {
             } else if server.sends_credentials() {
                 loaded.ignore(
                     key,
-                    "it sets `headers` or `bearer_token_env`: a workspace config cannot send \
-                     your credentials to a server it chooses",
+                    "it sets `headers`, `bearer_token_env` or an `oauth_*` key: a workspace \
+                     config cannot send your credentials to a server it chooses",
                 );
             } else {
                 loaded.config.mcp_servers.insert(name, server);

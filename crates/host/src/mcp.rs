@@ -34,6 +34,11 @@ impl Started {
     }
 }
 
+/// Where `keel mcp login` keeps OAuth logins: `KEEL_HOME/mcp/oauth`.
+pub fn oauth_dir(home: &Path) -> std::path::PathBuf {
+    home.join("mcp").join("oauth")
+}
+
 /// Starts every server in `config` (logs under `KEEL_HOME/logs`). Servers' questions
 /// (`elicitation/create`) are answered by `elicitation`.
 pub async fn start(
@@ -52,6 +57,7 @@ pub async fn start(
         bearer_tokens,
         elicitation,
         log_dir: home.join("logs"),
+        oauth: Some(keel_mcp::oauth::OAuthStore::new(oauth_dir(home))),
         workspace: workspace.to_path_buf(),
         inherited_env: std::env::vars_os()
             .filter(|(name, _)| INHERITED_ENV_VARS.iter().any(|allowed| name == allowed))

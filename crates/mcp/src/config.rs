@@ -52,6 +52,20 @@ pub struct McpServerConfig {
     /// `Authorization: Bearer <token>`. The token is read when the server is connected and
     /// is never stored, shown or logged.
     pub bearer_token_env: Option<String>,
+    /// OAuth: a client ID the server's authorization server issued to you out of band
+    /// (pre-registration). Without it `keel mcp login` registers keel dynamically
+    /// (RFC 7591) where the authorization server offers it.
+    pub oauth_client_id: Option<String>,
+    /// OAuth: the environment variable holding the secret of `oauth_client_id`, if it has
+    /// one (read by `keel mcp login`, kept with the tokens).
+    pub oauth_client_secret_env: Option<String>,
+    /// OAuth: the `https://` URL of a client ID metadata document you host, used as the
+    /// client ID when the authorization server supports them.
+    pub oauth_client_metadata_url: Option<String>,
+    /// Set by a composition root for a table that came from a workspace file: such a
+    /// server never gets the user's stored OAuth tokens. Never read from TOML.
+    #[serde(skip)]
+    pub from_workspace: bool,
     /// Start-up budget: spawn or connect, initialize, list tools.
     pub startup_timeout_ms: Option<u64>,
     /// Budget for one tool call; on expiry the call is cancelled at the server.
@@ -109,6 +123,22 @@ pub struct ServerSpec {
     pub trusted: bool,
     /// Per-tool declarations, keyed by the server's own tool name.
     pub tools: BTreeMap<String, ToolDeclaration>,
+    /// OAuth client settings of a URL server (all empty by default).
+    pub oauth: OAuthClientSpec,
+    /// Whether the table came from a workspace file ([`McpServerConfig::from_workspace`]):
+    /// then stored OAuth tokens are never used for it.
+    pub from_workspace: bool,
+}
+
+/// The user's OAuth client settings for one URL server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OAuthClientSpec {
+    /// A pre-registered client ID (`oauth_client_id`).
+    pub client_id: Option<String>,
+    /// The variable holding its secret (`oauth_client_secret_env`).
+    pub client_secret_env: Option<String>,
+    /// A client ID metadata document URL (`oauth_client_metadata_url`).
+    pub client_metadata_url: Option<String>,
 }
 
 /// How a server is reached.
@@ -182,6 +212,9 @@ impl McpServerConfig {
                 let http_only = [
                     ("headers", !self.headers.is_empty()),
                     ("bearer_token_env", self.bearer_token_env.is_some()),
+                    ("oauth_client_id", self.oauth_client_id.is_some()),
+                    ("oauth_client_secret_env", self.oauth_client_secret_env.is_some()),
+                    ("oauth_client_metadata_url", self.oauth_client_metadata_url.is_some()),
                 ];
                 if let Some((key, _)) = http_only.iter().find(|(_, set)| *set) {
                     return Err(ConfigError::HttpOnlyKey { server: server(), key });
@@ -222,13 +255,39 @@ impl McpServerConfig {
                         });
                     }
                 }
-                if let Some(variable) = &self.bearer_token_env {
+                for variable in
+                    [&self.bearer_token_env, &self.oauth_client_secret_env].into_iter().flatten()
+                {
                     let valid = !variable.is_empty()
                         && variable.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                     if !valid {
                         return Err(ConfigError::InvalidTokenVariable {
                             server: server(),
                             variable: variable.clone(),
+                        });
+                    }
+                }
+                if self.oauth_client_secret_env.is_some() && self.oauth_client_id.is_none() {
+                    return Err(ConfigError::OAuthSecretWithoutId { server: server() });
+                }
+                if let Some(id) = &self.oauth_client_id
+                    && (id.is_empty() || id.chars().any(char::is_control))
+                {
+                    return Err(ConfigError::InvalidOAuthClient {
+                        server: server(),
+                        key: "oauth_client_id",
+                    });
+                }
+                if let Some(document) = &self.oauth_client_metadata_url {
+                    let https = reqwest::Url::parse(document).is_ok_and(|parsed| {
+                        parsed.scheme() == "https"
+                            && parsed.host_str().is_some()
+                            && parsed.path() != "/"
+                    });
+                    if !https {
+                        return Err(ConfigError::InvalidOAuthClient {
+                            server: server(),
+                            key: "oauth_client_metadata_url",
                         });
                     }
                 }
@@ -258,6 +317,12 @@ impl McpServerConfig {
             tool_timeout: timeout(self.tool_timeout_ms, "tool_timeout_ms", DEFAULT_TOOL_TIMEOUT)?,
             trusted: self.trusted,
             tools: self.tools.clone(),
+            oauth: OAuthClientSpec {
+                client_id: self.oauth_client_id.clone(),
+                client_secret_env: self.oauth_client_secret_env.clone(),
+                client_metadata_url: self.oauth_client_metadata_url.clone(),
+            },
+            from_workspace: self.from_workspace,
         })
     }
 
@@ -268,11 +333,16 @@ impl McpServerConfig {
         self.trusted || self.tools.values().any(|tool| tool.access == Access::Read)
     }
 
-    /// Whether this table sends credentials: `headers` or `bearer_token_env`. A composition
-    /// root refuses such tables from a workspace file: the repository chooses the URL, so a
-    /// token read from the user's environment would go wherever the repository says.
+    /// Whether this table sends credentials: `headers`, `bearer_token_env` or an `oauth_*`
+    /// client setting. A composition root refuses such tables from a workspace file: the
+    /// repository chooses the URL, so a token read from the user's environment (or an
+    /// OAuth client of the user's) would go wherever the repository says.
     pub fn sends_credentials(&self) -> bool {
-        !self.headers.is_empty() || self.bearer_token_env.is_some()
+        !self.headers.is_empty()
+            || self.bearer_token_env.is_some()
+            || self.oauth_client_id.is_some()
+            || self.oauth_client_secret_env.is_some()
+            || self.oauth_client_metadata_url.is_some()
     }
 }
 
@@ -436,6 +506,72 @@ mod tests {
         }
         for good_name in ["fs", "my-server_2", "A"] {
             assert!(ok.validate(good_name).is_ok(), "{good_name}");
+        }
+    }
+
+    /// A table (a workspace file's above all) cannot point OAuth anywhere: there are no
+    /// keys for endpoints, redirect URIs or the resource (they come from the server's
+    /// metadata and keel's loopback listener), `from_workspace` cannot be written, and the
+    /// client settings that exist count as credentials (refused from a workspace file).
+    #[test]
+    fn redteam_mcp_oauth_a_table_cannot_name_endpoints_or_redirects_and_its_client_is_a_credential()
+    {
+        for key in [
+            "oauth_redirect_uri = \"http://evil.example/cb\"",
+            "redirect_uri = \"http://evil.example/cb\"",
+            "oauth_token_url = \"https://evil.example/token\"",
+            "token_endpoint = \"https://evil.example/token\"",
+            "authorization_server = \"https://evil.example\"",
+            "oauth_authorization_endpoint = \"https://evil.example/authorize\"",
+            "oauth_resource = \"https://victim.example/mcp\"",
+            "from_workspace = false",
+        ] {
+            let text = format!("[mcp_servers.a]\nurl = \"https://h/mcp\"\n{key}");
+            assert!(parse(&text).is_err(), "{text}");
+        }
+        let server =
+            |text: &str| parse(&format!("[mcp_servers.s]\n{text}")).unwrap().remove("s").unwrap();
+        for text in [
+            "url = \"https://h/mcp\"\noauth_client_id = \"abc\"",
+            "url = \"https://h/mcp\"\noauth_client_id = \"abc\"\noauth_client_secret_env = \"S\"",
+            "url = \"https://h/mcp\"\noauth_client_metadata_url = \"https://me.example/client.json\"",
+        ] {
+            assert!(server(text).sends_credentials(), "{text}");
+            assert!(server(text).validate("s").is_ok(), "{text}");
+        }
+        // The neighbour: a plain URL table sends nothing and is accepted anywhere.
+        let plain = server("url = \"https://h/mcp\"");
+        assert!(!plain.sends_credentials());
+        let spec = plain.validate("s").unwrap();
+        assert_eq!(spec.oauth, OAuthClientSpec::default());
+        assert!(!spec.from_workspace);
+        let cases: Vec<(&str, ConfigError)> = vec![
+            (
+                "url = \"https://h/mcp\"\noauth_client_secret_env = \"S\"",
+                ConfigError::OAuthSecretWithoutId { server: "s".into() },
+            ),
+            (
+                "url = \"https://h/mcp\"\noauth_client_metadata_url = \"http://me.example/c.json\"",
+                ConfigError::InvalidOAuthClient {
+                    server: "s".into(),
+                    key: "oauth_client_metadata_url",
+                },
+            ),
+            (
+                "url = \"https://h/mcp\"\noauth_client_id = \"\"",
+                ConfigError::InvalidOAuthClient { server: "s".into(), key: "oauth_client_id" },
+            ),
+            (
+                "command = \"x\"\noauth_client_id = \"abc\"",
+                ConfigError::HttpOnlyKey { server: "s".into(), key: "oauth_client_id" },
+            ),
+            (
+                "url = \"https://h/mcp\"\noauth_client_id = \"a\"\noauth_client_secret_env = \"$X\"",
+                ConfigError::InvalidTokenVariable { server: "s".into(), variable: "$X".into() },
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(server(text).validate("s"), Err(expected), "{text}");
         }
     }
 }

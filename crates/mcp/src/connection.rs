@@ -38,6 +38,10 @@ pub(crate) struct Connection {
     session_lost: Option<Arc<AtomicBool>>,
     /// HTTP: the last failed POST (see [`KeelHttpClient::last_error`]).
     last_http_error: Option<Arc<std::sync::Mutex<Option<String>>>>,
+    /// HTTP: the challenge of the last request refused with 401/403.
+    last_challenge: Option<Arc<std::sync::Mutex<Option<String>>>>,
+    /// HTTP: whether the connection uses a stored OAuth login.
+    oauth_login: bool,
     // Dropped after `service`, so the transport closes before the group is killed.
     child: Option<ChildGuard>,
 }
@@ -107,10 +111,41 @@ impl Connection {
                 })?;
                 let session_lost = client.session_lost();
                 let last_error = client.last_error();
-                let transport = StreamableHttpClientTransport::with_client(client, config);
-                let service = handler.clone().serve(transport).await.map_err(|error| {
-                    if needs_authorization(&error) {
-                        ConnectError::AuthorizationRequired
+                let last_challenge = client.last_challenge();
+                // A stored OAuth login for this very URL, for a server of the user's own
+                // config that sends no token of its own.
+                let oauth = match (&options.oauth, bearer_token_env) {
+                    (Some(store), None) if !spec.from_workspace => {
+                        crate::oauth::authorized_manager(store, url).await.map_err(|error| {
+                            ConnectError::OAuth {
+                                server: spec.name.clone(),
+                                message: error.to_string(),
+                            }
+                        })?
+                    }
+                    _ => None,
+                };
+                let had_login = oauth.is_some();
+                let served = match oauth {
+                    Some((manager, stored_secrets)) => {
+                        secrets.extend(stored_secrets);
+                        let client = rmcp::transport::AuthClient::new(client, manager);
+                        let transport = StreamableHttpClientTransport::with_client(client, config);
+                        handler.clone().serve(transport).await
+                    }
+                    None => {
+                        let transport = StreamableHttpClientTransport::with_client(client, config);
+                        handler.clone().serve(transport).await
+                    }
+                };
+                let service = served.map_err(|error| {
+                    let refused = needs_authorization(&error)
+                        .then(|| refusal(options, spec, &last_challenge))
+                        .flatten();
+                    if let Some(Refusal::Scope(scope)) = refused {
+                        ConnectError::InsufficientScope { server: spec.name.clone(), scope }
+                    } else if needs_authorization(&error) {
+                        ConnectError::AuthorizationRequired { server: spec.name.clone(), had_login }
                     } else {
                         ConnectError::Initialize {
                             message: redacted(describe(&error), &secrets),
@@ -118,7 +153,11 @@ impl Connection {
                         }
                     }
                 })?;
-                Ok(Connection::new(service, None, Some(session_lost), Some(last_error)))
+                let mut connection =
+                    Connection::new(service, None, Some(session_lost), Some(last_error));
+                connection.last_challenge = Some(last_challenge);
+                connection.oauth_login = had_login;
+                Ok(connection)
             }
         }
     }
@@ -134,8 +173,28 @@ impl Connection {
             service: tokio::sync::Mutex::new(service),
             session_lost,
             last_http_error,
+            last_challenge: None,
+            oauth_login: false,
             child,
         }
+    }
+
+    /// HTTP: why the server refused the last failed request, when it was an authorization
+    /// refusal keel could not mend (see [`refusal`]), as the error to report.
+    pub(crate) fn refusal(
+        &self,
+        spec: &ServerSpec,
+        options: &StartOptions,
+    ) -> Option<ConnectError> {
+        Some(match refusal(options, spec, self.last_challenge.as_ref()?)? {
+            Refusal::Scope(scope) => {
+                ConnectError::InsufficientScope { server: spec.name.clone(), scope }
+            }
+            Refusal::Login => ConnectError::AuthorizationRequired {
+                server: spec.name.clone(),
+                had_login: self.oauth_login,
+            },
+        })
     }
 
     /// HTTP: how the last failed request failed (`HTTP 500 ...`), if one did.
@@ -183,6 +242,45 @@ impl Connection {
     }
 }
 
+/// An authorization refusal of the server's.
+enum Refusal {
+    /// 403 `insufficient_scope`: the scopes it asks for.
+    Scope(String),
+    /// 401 that a refresh did not mend (or no login at all).
+    Login,
+}
+
+/// The refusal in `last` (the challenge of the last request refused with 401/403 and not
+/// answered since; taken, so it is reported once). A 403 `insufficient_scope` challenge is
+/// noted with the server's stored login, so `keel mcp login` asks for its scopes (step-up).
+fn refusal(
+    options: &StartOptions,
+    spec: &ServerSpec,
+    last: &Arc<std::sync::Mutex<Option<String>>>,
+) -> Option<Refusal> {
+    let challenge = last.lock().ok()?.take()?;
+    let base = reqwest::Url::parse("http://localhost/").ok()?;
+    let params = rmcp::transport::WWWAuthenticateParams::parse(&challenge, &base);
+    if !params.is_insufficient_scope() {
+        return Some(Refusal::Login);
+    }
+    if let (Some(store), TransportSpec::Http { url, bearer_token_env: None, .. }) =
+        (&options.oauth, &spec.transport)
+        && !spec.from_workspace
+    {
+        crate::oauth::note_step_up(store, url, &challenge);
+    }
+    // The server's words reach the model: scope tokens only (RFC 6749 §3.3), bounded.
+    let scope: String = params
+        .scope
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| *c == ' ' || (c.is_ascii_graphic() && *c != '"' && *c != '\\'))
+        .take(200)
+        .collect();
+    Some(Refusal::Scope(if scope.trim().is_empty() { "unnamed scopes".to_owned() } else { scope }))
+}
+
 /// The configured headers as reqwest's types (validated with the config already).
 /// `text` with every non-empty `secret` replaced by `<redacted>`.
 fn redacted(mut text: String, secrets: &[String]) -> String {
@@ -208,7 +306,8 @@ fn header_map(headers: &HttpHeaders) -> Result<HashMap<HeaderName, HeaderValue>,
 }
 
 /// Whether the handshake failed because the server wants authorization (HTTP 401 with a
-/// `WWW-Authenticate` challenge, or 403 for a missing scope).
+/// `WWW-Authenticate` challenge, 403 for a missing scope, or a stored login that expired
+/// and could not be refreshed).
 fn needs_authorization(error: &ClientInitializeError) -> bool {
     let ClientInitializeError::TransportError { error, .. } = error else { return false };
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error.error.as_ref());

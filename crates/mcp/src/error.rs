@@ -76,6 +76,21 @@ pub enum ConfigError {
         /// The URL as written.
         url: String,
     },
+    /// `oauth_client_secret_env` without `oauth_client_id`.
+    #[error("mcp server '{server}': `oauth_client_secret_env` needs `oauth_client_id`")]
+    OAuthSecretWithoutId {
+        /// The server name.
+        server: String,
+    },
+    /// An `oauth_*` client setting is unusable (an empty client ID, a client metadata
+    /// document URL that is not `https://` with a path).
+    #[error("mcp server '{server}': `{key}` is invalid")]
+    InvalidOAuthClient {
+        /// The server name.
+        server: String,
+        /// The key.
+        key: &'static str,
+    },
     /// A timeout is zero.
     #[error("mcp server '{server}': `{key}` must be greater than 0")]
     ZeroTimeout {
@@ -136,14 +151,40 @@ pub enum ConnectError {
         /// The variable's name.
         variable: String,
     },
-    /// The server answered 401 (or 403 for a scope): it wants an authorization keel
-    /// cannot give it.
+    /// The server answered 401 (or 403 for a scope) and keel has no usable login for it:
+    /// none stored, or the stored one was refused and could not be refreshed. A headless
+    /// run never waits for a browser; the user logs in with `keel mcp login NAME`.
     #[error(
-        "the server requires authorization (HTTP 401/403); keel cannot log in to MCP servers \
-         with OAuth yet: if the server accepts a token, set `bearer_token_env` (or `headers`) \
-         in your own config"
+        "the server requires authorization (HTTP 401/403){}: run `keel mcp login {server}` \
+         (or, if the server takes a static token, set `bearer_token_env` or `headers` in your \
+         own config)",
+        if *had_login { " and its stored OAuth login was refused and could not be refreshed" } else { "" }
     )]
-    AuthorizationRequired,
+    AuthorizationRequired {
+        /// The server's name.
+        server: String,
+        /// Whether a stored OAuth login was tried.
+        had_login: bool,
+    },
+    /// The server refused keel's OAuth token for lack of scope (403 `insufficient_scope`).
+    #[error(
+        "the server asks for more OAuth scopes ({scope}) than keel's login holds: run \
+         `keel mcp login {server}` to grant them"
+    )]
+    InsufficientScope {
+        /// The server's name.
+        server: String,
+        /// The scopes it asks for, as it names them.
+        scope: String,
+    },
+    /// The stored OAuth login could not be used (unreadable token file, broken metadata).
+    #[error("the stored OAuth login cannot be used: {message}; run `keel mcp login {server}`")]
+    OAuth {
+        /// The server's name.
+        server: String,
+        /// Why, for humans (never a token).
+        message: String,
+    },
     /// `tools/list` failed.
     #[error("tools/list failed: {message}{}", tail(stderr_tail))]
     ListTools {

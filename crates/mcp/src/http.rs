@@ -35,6 +35,8 @@ pub(crate) struct KeelHttpClient {
     /// The last failed POST, for humans (`HTTP 500 ...`): rmcp ends the session on it and
     /// keeps only "closed".
     last_error: Arc<Mutex<Option<String>>>,
+    /// The `WWW-Authenticate` challenge of the last request refused with 401 or 403.
+    last_challenge: Arc<Mutex<Option<String>>>,
 }
 
 impl KeelHttpClient {
@@ -53,12 +55,22 @@ impl KeelHttpClient {
             .pool_max_idle_per_host(0)
             .redirect(reqwest::redirect::Policy::none())
             .build()?;
-        Ok(KeelHttpClient { inner, session_lost: Arc::default(), last_error: Arc::default() })
+        Ok(KeelHttpClient {
+            inner,
+            session_lost: Arc::default(),
+            last_error: Arc::default(),
+            last_challenge: Arc::default(),
+        })
     }
 
     /// Where the last failed POST is described.
     pub(crate) fn last_error(&self) -> Arc<Mutex<Option<String>>> {
         self.last_error.clone()
+    }
+
+    /// Where the challenge of the last request refused with 401/403 is kept.
+    pub(crate) fn last_challenge(&self) -> Arc<Mutex<Option<String>>> {
+        self.last_challenge.clone()
     }
 
     /// The flag set when the server refuses keel's session.
@@ -120,6 +132,19 @@ impl StreamableHttpClient for KeelHttpClient {
             }
             other => other,
         };
+        let challenge = match &answer {
+            Err(StreamableHttpError::AuthRequired(refused)) => {
+                Some(refused.www_authenticate_header.clone())
+            }
+            Err(StreamableHttpError::InsufficientScope(refused)) => {
+                Some(refused.www_authenticate_header.clone())
+            }
+            _ => None,
+        };
+        // A later answer (a retry with a refreshed token) clears it: it was mended.
+        if let Ok(mut last) = self.last_challenge.lock() {
+            *last = challenge;
+        }
         if matches!(answer, Err(StreamableHttpError::SessionExpired)) {
             self.session_lost.store(true, Ordering::SeqCst);
         }

@@ -27,6 +27,11 @@
 //!   refused. Answers are kept ([`McpServers::elicitations`]).
 //! - **Credentials stay out of sight:** `headers` values and bearer tokens
 //!   ([`BearerTokens`], read by the composition root) print as `<redacted>`.
+//! - **OAuth logins are the user's** ([`oauth`]): `keel mcp login NAME` runs the browser
+//!   step once and stores the tokens (0600) keyed by the server's canonical URL; a
+//!   connection sends them only to that URL, refreshes them, and never waits for a
+//!   browser: without a usable login the server fails with an error naming
+//!   `keel mcp login NAME`. Servers from a workspace file never get them.
 //! - **A call never hangs a run:** every call has a timeout; a timed-out or dropped call
 //!   sends `notifications/cancelled` to the server (rmcp's abandoned-request guard); a dead
 //!   server fails its pending calls at once.
@@ -47,6 +52,7 @@ mod error;
 mod http;
 mod manager;
 mod naming;
+pub mod oauth;
 mod result;
 mod stdio;
 mod tool;
@@ -54,8 +60,8 @@ mod tool;
 pub use access::{AccessSource, DeclaredAccess, TransportKind, declare_access};
 pub use client::{Elicitation, ElicitationPolicy};
 pub use config::{
-    DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, HttpHeaders, McpServerConfig, ServerSpec,
-    ToolDeclaration, TransportSpec,
+    DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, HttpHeaders, McpServerConfig, OAuthClientSpec,
+    ServerSpec, ToolDeclaration, TransportSpec,
 };
 pub use error::{ConfigError, ConnectError};
 pub use manager::{

@@ -67,6 +67,9 @@ pub struct StartOptions {
     pub bearer_tokens: BearerTokens,
     /// How servers' `elicitation/create` requests are answered.
     pub elicitation: ElicitationPolicy,
+    /// Where OAuth logins are stored (normally `KEEL_HOME/mcp/oauth`); `None`: URL servers
+    /// get no stored OAuth tokens.
+    pub oauth: Option<crate::oauth::OAuthStore>,
 }
 
 /// Bearer tokens by environment variable name. `Debug` prints the names only.
@@ -248,11 +251,14 @@ async fn start_one(
     });
     let listed = tokio::time::timeout(server.spec.startup_timeout, async {
         let connection = server.connect().await?;
-        let tools =
-            connection.peer().list_all_tools().await.map_err(|error| ConnectError::ListTools {
-                message: error.to_string(),
-                stderr_tail: server.stderr_tail(),
-            })?;
+        let tools = connection.peer().list_all_tools().await.map_err(|error| {
+            connection.refusal(&server.spec, &server.options).unwrap_or_else(|| {
+                ConnectError::ListTools {
+                    message: error.to_string(),
+                    stderr_tail: server.stderr_tail(),
+                }
+            })
+        })?;
         Ok::<_, ConnectError>((connection, tools))
     })
     .await;
@@ -521,6 +527,18 @@ impl ServerHandle {
                     ));
                 }
             }
+        }
+        // Refused for authorization (a login that expired and could not be refreshed, or
+        // too few scopes): say what the user can do about it.
+        if let Ok(Err(_)) = &called
+            && let Some(refusal) = connection.refusal(&self.spec, &self.options)
+        {
+            if !connection.is_alive() {
+                self.discard(&connection).await;
+            }
+            return ToolOutput::error(format!(
+                "error: MCP server '{server}' refused the call: {refusal}"
+            ));
         }
         match called {
             Ok(Ok(result)) => {

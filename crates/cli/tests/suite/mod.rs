@@ -9,6 +9,9 @@ mod eval_e2e;
 mod exact_e2e;
 mod example;
 mod mcp_e2e;
+// The OAuth-protected MCP test server of keel-mcp's tests.
+#[path = "../../../mcp/tests/suite/oauth_server.rs"]
+mod oauth_server;
 mod openai_e2e;
 mod otlp_e2e;
 mod outbox_e2e;
@@ -16,6 +19,7 @@ mod output_schema_e2e;
 mod postgres_e2e;
 mod providers_e2e;
 mod redteam_mcp;
+mod redteam_mcp_oauth;
 mod redteam_orphans;
 mod redteam_rules;
 mod redteam_trust;

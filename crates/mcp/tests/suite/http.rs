@@ -325,6 +325,8 @@ async fn a_server_that_wants_a_login_is_reported_as_such() {
         panic!("{:?}", servers.statuses());
     };
     assert!(reason.contains("requires authorization"), "{reason}");
+    // A headless start never waits for a browser: it names the command that logs in.
+    assert!(reason.contains("keel mcp login locked"), "{reason}");
     assert!(reason.contains("bearer_token_env"), "{reason}");
 }
 

@@ -4,4 +4,6 @@ mod everything;
 mod fake;
 mod filesystem;
 mod http;
+mod oauth;
+mod oauth_server;
 mod support;

@@ -72,6 +72,7 @@ impl Scratch {
                 .collect(),
             bearer_tokens: Default::default(),
             elicitation: Default::default(),
+            oauth: None,
         }
     }
 

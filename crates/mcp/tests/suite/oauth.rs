@@ -1,0 +1,307 @@
+//! OAuth 2.1 against a local authorization server ([`AuthServer`]: an MCP server protected
+//! by bearer tokens, its protected resource metadata and its authorization server).
+
+use std::time::Duration;
+
+use keel_contracts::Outcome;
+use keel_mcp::oauth::{self, FetchingBrowser, LoginOptions, OAuthError, OAuthStore};
+use keel_mcp::{McpServers, ServerSpec, ServerState};
+
+use super::oauth_server::{AuthServer, Knobs};
+use super::support::{Scratch, call, spec};
+
+trait SpecOf {
+    fn spec(&self, name: &str) -> ServerSpec;
+}
+
+impl SpecOf for AuthServer {
+    /// The server as a `[mcp_servers.NAME]` table of the user's own config.
+    fn spec(&self, name: &str) -> ServerSpec {
+        spec(name, &self.config())
+    }
+}
+
+fn login_options(scratch: &Scratch) -> LoginOptions {
+    LoginOptions { store: store(scratch), client_secret: None, timeout: Duration::from_secs(20) }
+}
+
+fn store(scratch: &Scratch) -> OAuthStore {
+    OAuthStore::new(scratch.log_dir().with_file_name("oauth"))
+}
+
+async fn start_with_store(scratch: &Scratch, specs: Vec<ServerSpec>) -> McpServers {
+    let mut options = scratch.options();
+    options.oauth = Some(store(scratch));
+    McpServers::start(specs, options).await
+}
+
+fn failure(servers: &McpServers, index: usize) -> String {
+    match &servers.statuses()[index].state {
+        ServerState::Failed { reason } => reason.clone(),
+        ServerState::Connected => panic!("connected: {:?}", servers.statuses()),
+    }
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test]
+async fn oauth_login_stores_tokens_0600_and_a_run_sends_them_to_the_server() {
+    let server = AuthServer::start(Knobs::default()).await;
+    let scratch = Scratch::new();
+    let report = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .unwrap();
+    assert_eq!(report.scopes, vec!["mcp:tools".to_owned()], "the challenge's scope");
+    assert_eq!(report.client_id, "keel-test-client");
+    assert_eq!(mode(&report.token_file), 0o600);
+    assert_eq!(mode(report.token_file.parent().unwrap()), 0o700);
+    let stored = std::fs::read_to_string(&report.token_file).unwrap();
+    assert!(stored.contains("at-1-s3cret") && stored.contains(&server.url()), "{stored}");
+    // RFC 8707: the authorization and the token request name the server.
+    assert_eq!(server.records().resources, vec![server.url(), server.url()]);
+    // The probe went out without a token.
+    assert_eq!(server.mcp_authorizations().first(), Some(&None));
+
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    let output = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
+    assert!(output.content.contains("hello, authorized"), "{}", output.content);
+    assert!(
+        server
+            .mcp_authorizations()
+            .iter()
+            .any(|sent| sent.as_deref() == Some("Bearer at-1-s3cret")),
+        "{:?}",
+        server.mcp_authorizations()
+    );
+    // The token shows nowhere keel reports to a human or a model.
+    let shown = format!("{:?} {:?} {}", servers.statuses(), servers, output.content);
+    assert!(!shown.contains("s3cret"), "{shown}");
+    servers.close().await;
+}
+
+#[tokio::test]
+async fn oauth_an_expired_token_is_refreshed_and_a_refused_one_is_refreshed_on_401() {
+    let server = AuthServer::start(Knobs { expires_in: 1, ..Knobs::default() }).await;
+    let scratch = Scratch::new();
+    oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // Expired on the client's clock: refreshed before the first request.
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    assert!(server.records().refreshed >= 1, "{:?}", server.records());
+    assert!(
+        !server
+            .mcp_authorizations()
+            .iter()
+            .any(|sent| sent.as_deref() == Some("Bearer at-1-s3cret")),
+        "the expired token was sent: {:?}",
+        server.mcp_authorizations()
+    );
+    servers.close().await;
+
+    // Refused by the server (revoked) while still valid on the client's clock: the 401
+    // makes keel refresh once and retry.
+    server.knobs().expires_in = 3600;
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    let before = server.records().refreshed;
+    server.records().access.clear();
+    let output = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
+    assert_eq!(server.records().refreshed, before + 1, "{:?}", server.records());
+    servers.close().await;
+}
+
+#[tokio::test]
+async fn oauth_a_401_after_a_refused_refresh_names_keel_mcp_login() {
+    let server = AuthServer::start(Knobs::default()).await;
+    let scratch = Scratch::new();
+    let report = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .unwrap();
+    server.records().access.clear();
+    server.knobs().refresh_works = false;
+    let started = std::time::Instant::now();
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    let reason = failure(&servers, 0);
+    assert!(reason.contains("run `keel mcp login remote`"), "{reason}");
+    assert!(reason.contains("could not be refreshed"), "{reason}");
+    assert!(!reason.contains("s3cret"), "{reason}");
+    // Headless: no browser is waited for.
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    // The dead tokens are dropped; the next run says "log in" without trying them.
+    let stored = std::fs::read_to_string(&report.token_file).unwrap();
+    assert!(!stored.contains("s3cret"), "{stored}");
+    assert!(!store(&scratch).has_login(&server.url()));
+
+    // Never logged in: the same advice, at once.
+    let other = AuthServer::start(Knobs::default()).await;
+    let servers = start_with_store(&scratch, vec![other.spec("fresh")]).await;
+    let reason = failure(&servers, 0);
+    assert!(reason.contains("run `keel mcp login fresh`"), "{reason}");
+
+    // Logging in again makes it work; logging out removes it.
+    oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser).await.unwrap();
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    servers.close().await;
+    assert!(store(&scratch).remove(&server.url()).unwrap());
+    assert!(!report.token_file.exists());
+}
+
+#[tokio::test]
+async fn oauth_a_login_refused_mid_run_fails_the_call_naming_keel_mcp_login() {
+    let server = AuthServer::start(Knobs::default()).await;
+    let scratch = Scratch::new();
+    oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser).await.unwrap();
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    // The authorization server revokes the login: the token is refused and so is the
+    // refresh.
+    server.records().access.clear();
+    server.knobs().refresh_works = false;
+    let started = std::time::Instant::now();
+    let output = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert_eq!(output.outcome, Outcome::Error, "{}", output.content);
+    assert!(output.content.contains("run `keel mcp login remote`"), "{}", output.content);
+    assert!(!output.content.contains("s3cret"), "{}", output.content);
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    // The next call says the same at once (no login is left to try).
+    let output = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert!(output.content.contains("keel mcp login remote"), "{}", output.content);
+}
+
+#[tokio::test]
+async fn oauth_a_call_refused_for_scope_names_login_and_the_next_login_asks_for_it() {
+    let server =
+        AuthServer::start(Knobs { call_scope: Some("mcp:write".into()), ..Knobs::default() }).await;
+    let scratch = Scratch::new();
+    let first = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .unwrap();
+    assert_eq!(first.scopes, ["mcp:tools"]);
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    let output = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert_eq!(output.outcome, Outcome::Error, "{}", output.content);
+    assert!(
+        output.content.contains("more OAuth scopes (mcp:tools mcp:write)"),
+        "{}",
+        output.content
+    );
+    assert!(output.content.contains("run `keel mcp login remote`"), "{}", output.content);
+    servers.close().await;
+    // The next login asks for what the server asked for, on top of what it had.
+    let second = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .unwrap();
+    assert_eq!(second.scopes, ["mcp:tools", "mcp:write"]);
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    let output = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
+    servers.close().await;
+    // The hint was used up: the token file no longer holds it.
+    let stored = std::fs::read_to_string(&second.token_file).unwrap();
+    assert!(!stored.contains("insufficient_scope"), "{stored}");
+}
+
+#[tokio::test]
+async fn redteam_mcp_oauth_a_token_for_one_server_is_never_sent_to_another() {
+    let a = AuthServer::start(Knobs::default()).await;
+    let b = AuthServer::start(Knobs::default()).await;
+    let scratch = Scratch::new();
+    oauth::login(&a.spec("a"), &login_options(&scratch), &FetchingBrowser).await.unwrap();
+    let servers = start_with_store(&scratch, vec![a.spec("a"), b.spec("b")]).await;
+    // The legitimate neighbour: A gets its token and works.
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    // B never sees a token at all (only A's login exists), and asks for its own login.
+    assert!(b.mcp_authorizations().iter().all(Option::is_none), "{:?}", b.mcp_authorizations());
+    assert!(failure(&servers, 1).contains("keel mcp login b"));
+    // A token file copied under B's name is not B's: it names A's URL and is ignored.
+    let store = store(&scratch);
+    std::fs::copy(store.path_for(&a.url()).unwrap(), store.path_for(&b.url()).unwrap()).unwrap();
+    let servers = start_with_store(&scratch, vec![b.spec("b")]).await;
+    assert!(failure(&servers, 0).contains("keel mcp login b"));
+    assert!(b.mcp_authorizations().iter().all(Option::is_none), "{:?}", b.mcp_authorizations());
+}
+
+#[tokio::test]
+async fn redteam_mcp_oauth_a_workspace_server_never_gets_the_users_stored_token() {
+    let server = AuthServer::start(Knobs::default()).await;
+    let scratch = Scratch::new();
+    oauth::login(&server.spec("mine"), &login_options(&scratch), &FetchingBrowser).await.unwrap();
+    // A repository's table naming the very URL the user logged in to.
+    let mut from_repo = server.spec("theirs");
+    from_repo.from_workspace = true;
+    let servers = start_with_store(&scratch, vec![from_repo.clone()]).await;
+    assert!(failure(&servers, 0).contains("requires authorization"));
+    assert!(
+        server
+            .mcp_authorizations()
+            .iter()
+            .all(|sent| sent.as_deref() != Some("Bearer at-1-s3cret")),
+        "{:?}",
+        server.mcp_authorizations()
+    );
+    // Nor can it be logged in to.
+    let refused = oauth::login(&from_repo, &login_options(&scratch), &FetchingBrowser).await;
+    assert!(matches!(refused, Err(OAuthError::FromWorkspace { .. })), "{refused:?}");
+    // The user's own table for it works.
+    let servers = start_with_store(&scratch, vec![server.spec("mine")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    servers.close().await;
+}
+
+/// A login refused before the browser step: nothing stored, the user never sent anywhere.
+async fn refused_login(knobs: Knobs) -> (AuthServer, Scratch, String) {
+    let server = AuthServer::start(knobs).await;
+    let scratch = Scratch::new();
+    let error = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .expect_err("the login must be refused");
+    assert!(!server.saw("GET /authorize"), "{:?}", server.records().requests);
+    assert!(!server.saw("POST /token"), "{:?}", server.records().requests);
+    assert!(!store(&scratch).path_for(&server.url()).unwrap().exists());
+    (server, scratch, error.to_string())
+}
+
+#[tokio::test]
+async fn redteam_mcp_oauth_metadata_for_another_resource_is_refused() {
+    let (server, _scratch, error) = refused_login(Knobs {
+        prm_resource: Some("https://elsewhere.example/mcp".into()),
+        ..Knobs::default()
+    })
+    .await;
+    assert!(error.contains("resource mismatch"), "{error}");
+    // Its neighbour with matching metadata logs in.
+    server.knobs().prm_resource = None;
+    let scratch = Scratch::new();
+    oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser).await.unwrap();
+}
+
+#[tokio::test]
+async fn redteam_mcp_oauth_an_issuer_mismatch_is_refused() {
+    let (server, _scratch, error) = refused_login(Knobs {
+        issuer: Some("https://attacker.example".into()),
+        ..Knobs::default()
+    })
+    .await;
+    assert!(error.contains("issuer mismatch"), "{error}");
+    server.knobs().issuer = None;
+    let scratch = Scratch::new();
+    oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser).await.unwrap();
+}
+
+#[tokio::test]
+async fn redteam_mcp_oauth_an_authorization_server_without_s256_is_refused() {
+    for methods in [None, Some(vec!["plain".to_owned()])] {
+        let (_server, _scratch, error) =
+            refused_login(Knobs { pkce_methods: methods, ..Knobs::default() }).await;
+        assert!(error.contains("S256"), "{error}");
+    }
+}
