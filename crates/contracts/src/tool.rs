@@ -168,6 +168,10 @@ pub struct ToolContext {
     /// Paths the session's deny rules deny for writing only: commands run with them
     /// read-only ([`crate::PermissionRules::write_denied_paths`]).
     pub write_denied_paths: crate::DeniedPaths,
+    /// How the tool asks the user a question during this call (an MCP server's
+    /// elicitation), recorded in the ledger; `None` when no one can be asked (keel's own
+    /// tools, tests, `keel mcp` commands).
+    pub elicitor: Option<std::sync::Arc<dyn crate::Elicitor>>,
 }
 
 /// A tool the kernel can invoke.

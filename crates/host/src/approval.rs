@@ -19,8 +19,10 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use keel_contracts::{ApprovalMode, EventKind, PermissionAnswer, SandboxMode, Seq, Store};
-use keel_kernel::{PermissionHook, PermissionRequest};
+use keel_contracts::{
+    ApprovalMode, ElicitationAnswer, EventKind, PermissionAnswer, SandboxMode, Seq, Store,
+};
+use keel_kernel::{ElicitationQuestion, NOBODY_TO_ASK, PermissionHook, PermissionRequest};
 
 use crate::terminal::one_line;
 
@@ -209,6 +211,37 @@ impl PermissionHook for Approver {
         }
     }
 
+    /// A server's question: `deny` declines it; `auto` accepts a form whose required
+    /// fields all have defaults with them; otherwise the person answers, and with nobody
+    /// to ask it is declined with that reason.
+    async fn elicit(&self, question: &ElicitationQuestion<'_>) -> ElicitationAnswer {
+        match self.mode {
+            ApprovalMode::Deny if self.implicit => {
+                return ElicitationAnswer::decline("keel", NOBODY_TO_ASK);
+            }
+            ApprovalMode::Deny => {
+                return keel_kernel::answer_by_policy(false, question.form);
+            }
+            ApprovalMode::Auto => {
+                if let Ok(content) = question.form.defaults() {
+                    return ElicitationAnswer::accept(content, "approval=auto");
+                }
+            }
+            ApprovalMode::Ask | ApprovalMode::Sandboxed => {}
+        }
+        match &self.person {
+            Some(person) => person.elicit(question).await,
+            None if self.mode == ApprovalMode::Auto => {
+                keel_kernel::answer_by_policy(true, question.form)
+            }
+            None => ElicitationAnswer::decline("keel", NOBODY_TO_ASK),
+        }
+    }
+
+    fn elicits_at_once(&self) -> bool {
+        self.person.is_none() || self.mode == ApprovalMode::Deny
+    }
+
     /// `auto` and `deny` answer every call but `request_boundary` from the mode alone;
     /// `ask` and `sandboxed` may prompt, so their requests are committed before asking.
     fn answers_at_once(&self, request: &PermissionRequest<'_>) -> bool {
@@ -380,6 +413,32 @@ impl PermissionHook for TerminalPrompt {
         .await
         .unwrap_or(PermissionAnswer::Deny);
         (answer, "user".to_owned())
+    }
+
+    /// The server's question, framed (see [`crate::elicit`]), answered field by field.
+    async fn elicit(&self, question: &ElicitationQuestion<'_>) -> ElicitationAnswer {
+        // The blocking reader needs owned data: the form and the text are rebuilt there.
+        let request = question.request.clone();
+        let form = question.form.clone();
+        let (call_id, tool, id, session_id) = (
+            question.call_id.clone(),
+            question.tool.to_owned(),
+            question.question.to_owned(),
+            question.session_id,
+        );
+        tokio::task::spawn_blocking(move || {
+            let question = ElicitationQuestion {
+                session_id,
+                call_id: &call_id,
+                tool: &tool,
+                question: &id,
+                request: &request,
+                form: &form,
+            };
+            crate::elicit::ask_form(&question, &mut std::io::stdin().lock(), &mut std::io::stderr())
+        })
+        .await
+        .unwrap_or_else(|_| ElicitationAnswer::cancel("user", "the terminal prompt failed"))
     }
 }
 

@@ -11,7 +11,7 @@ use rmcp::ServiceError;
 use rmcp::model::CallToolRequestParams;
 
 use crate::access::{AccessSource, declare_access};
-use crate::client::{Elicitation, ElicitationPolicy, KeelClient};
+use crate::client::{CallGuard, Elicitation, ElicitationPolicy, KeelClient, Pause};
 use crate::config::{ServerSpec, TransportSpec};
 use crate::connection::Connection;
 use crate::error::ConnectError;
@@ -454,6 +454,15 @@ impl ServerHandle {
         }
     }
 
+    /// Marks a call of this server as running (its questions go to `elicitor`) until the
+    /// guard is dropped.
+    pub(crate) fn begin_call(
+        &self,
+        elicitor: Option<Arc<dyn keel_contracts::Elicitor>>,
+    ) -> CallGuard {
+        self.handler.begin_call(elicitor)
+    }
+
     /// Forgets `connection` if it is still the current one.
     async fn discard(&self, connection: &Arc<Connection>) {
         let mut slot = self.connection.lock().await;
@@ -475,6 +484,7 @@ impl ServerHandle {
         server_tool: &str,
         arguments: &serde_json::Value,
         output_schema: Option<&serde_json::Value>,
+        running: &CallGuard,
     ) -> ToolOutput {
         let server = &self.spec.name;
         let arguments = match arguments {
@@ -498,8 +508,8 @@ impl ServerHandle {
         let timeout = self.spec.tool_timeout;
         let started = tokio::time::Instant::now();
         let mut connection = connection;
-        let mut called =
-            tokio::time::timeout(timeout, connection.peer().call_tool(params.clone())).await;
+        let pause = &running.pause;
+        let mut called = within(timeout, pause, connection.peer().call_tool(params.clone())).await;
         // An HTTP server that refused the session (it restarted, or forgot it) did not run
         // the call: send it once more on a new session, within what is left of the timeout.
         if let Ok(Err(error)) = &called
@@ -510,8 +520,9 @@ impl ServerHandle {
             match self.live_connection().await {
                 Ok(fresh) => {
                     connection = fresh;
-                    let left = timeout.saturating_sub(started.elapsed());
-                    called = tokio::time::timeout(left, connection.peer().call_tool(params)).await;
+                    let left =
+                        timeout.saturating_sub(started.elapsed().saturating_sub(pause.paused()));
+                    called = within(left, pause, connection.peer().call_tool(params)).await;
                 }
                 Err(error) => {
                     return ToolOutput::error(format!(
@@ -533,7 +544,7 @@ impl ServerHandle {
                 let (outcome, text) = render(&result);
                 ToolOutput { outcome, content: fence_untrusted(source, &text), raw: None }
             }
-            Err(_elapsed) => ToolOutput::error(format!(
+            Err(Elapsed) => ToolOutput::error(format!(
                 "error: MCP tool '{server_tool}' of server '{server}' did not answer within {} ms; \
                  the server was told to cancel it",
                 timeout.as_millis()
@@ -585,6 +596,7 @@ impl ServerHandle {
         &self,
         source: &str,
         arguments: &serde_json::Value,
+        running: &CallGuard,
     ) -> ToolOutput {
         let server = &self.spec.name;
         let Some(uri) = arguments["uri"].as_str().filter(|uri| !uri.is_empty()) else {
@@ -601,11 +613,11 @@ impl ServerHandle {
         };
         let params = rmcp::model::ReadResourceRequestParams::new(uri);
         let read =
-            tokio::time::timeout(self.spec.tool_timeout, connection.peer().read_resource(params))
+            within(self.spec.tool_timeout, &running.pause, connection.peer().read_resource(params))
                 .await;
         let result = match read {
             Ok(Ok(result)) => result,
-            Err(_elapsed) => {
+            Err(Elapsed) => {
                 return ToolOutput::error(format!(
                     "error: MCP server '{server}' did not answer resources/read within {} ms",
                     self.spec.tool_timeout.as_millis()
@@ -682,6 +694,38 @@ fn structured_mismatch(
         let text = problems.join("; ");
         text.chars().take(500).collect()
     })
+}
+
+/// A request that did not answer within its timeout.
+#[derive(Debug)]
+struct Elapsed;
+
+/// `future` within `timeout`, not counting the time the call's questions were open (a
+/// person answering a server's question is not the server being slow).
+///
+/// # Cancel safety
+///
+/// Dropping it drops `future`.
+async fn within<T>(
+    timeout: std::time::Duration,
+    pause: &Pause,
+    future: impl std::future::Future<Output = T>,
+) -> Result<T, Elapsed> {
+    let started = tokio::time::Instant::now();
+    let mut future = std::pin::pin!(future);
+    let mut deadline = started + timeout;
+    loop {
+        tokio::select! {
+            output = &mut future => return Ok(output),
+            () = tokio::time::sleep_until(deadline) => {
+                let counted = started.elapsed().saturating_sub(pause.paused());
+                if counted >= timeout {
+                    return Err(Elapsed);
+                }
+                deadline = tokio::time::Instant::now() + (timeout - counted);
+            }
+        }
+    }
 }
 
 fn lost_connection(error: &ServiceError) -> bool {

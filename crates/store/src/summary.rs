@@ -69,6 +69,8 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::GateDecision { .. }
         | EventKind::PermissionRequested { .. }
         | EventKind::PermissionSettled { .. }
+        | EventKind::ElicitationRequested { .. }
+        | EventKind::ElicitationAnswered { .. }
         | EventKind::BoundaryRevised { .. }
         | EventKind::ToolCall { .. }
         | EventKind::InputJoined { .. }

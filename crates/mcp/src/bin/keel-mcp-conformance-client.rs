@@ -59,6 +59,7 @@ async fn main() -> ExitCode {
         boundary: Default::default(),
         denied_paths: Default::default(),
         write_denied_paths: Default::default(),
+        elicitor: None,
     };
     for tool in servers.tools() {
         let arguments = arguments_for(&tool.spec().parameters);
