@@ -442,6 +442,11 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
                 reason.as_deref().map(|why| format!(": {}", clip(why, 200))).unwrap_or_default();
             format!("#{seq}   answer {question}: {} by {by}{fields}{why}", action.as_str())
         }
+        EventKind::ToolsChanged { added, removed, .. } => format!(
+            "#{seq} tools changed: added {} · removed {}",
+            clip(&added.join(", "), 300),
+            clip(&removed.join(", "), 300)
+        ),
         EventKind::ToolCall { parent_call_id, call_id, tool, arguments } => format!(
             "#{seq}   call {call_id} {tool} {} (from {parent_call_id})",
             clip(&arguments.to_string(), 200)

@@ -318,6 +318,16 @@ impl View {
                 | PermissionAnswer::AllowSession
                 | PermissionAnswer::AllowExact => {}
             },
+            EventKind::ToolsChanged { added, removed, .. } => {
+                let mut parts = Vec::new();
+                if !added.is_empty() {
+                    parts.push(format!("added {}", one_line(&added.join(", "), 200)));
+                }
+                if !removed.is_empty() {
+                    parts.push(format!("removed {}", one_line(&removed.join(", "), 200)));
+                }
+                out.push(progress(paint.dim(&format!("  tools changed: {}", parts.join("; ")))));
+            }
             EventKind::ElicitationRequested { server, .. } => {
                 self.activity =
                     Some(format!("waiting for an answer to MCP server {}", one_line(server, 60)));

@@ -577,6 +577,16 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// The tools of a changing source (an MCP server's `tools/list_changed`) changed
+    /// between steps: the next model request carries the new list.
+    ToolsChanged {
+        /// Tools offered from now on that were not before.
+        added: Vec<String>,
+        /// Tools no longer offered (a call to one is an `error` result).
+        removed: Vec<String>,
+        /// The SHA-256 of the whole new list of definitions.
+        tools_sha256: String,
+    },
     /// The user approved a `request_boundary`: commands of this session now run with a
     /// wider boundary.
     BoundaryRevised {
@@ -791,6 +801,7 @@ impl EventKind {
             EventKind::PermissionSettled { .. } => "permission_settled",
             EventKind::ElicitationRequested { .. } => "elicitation_requested",
             EventKind::ElicitationAnswered { .. } => "elicitation_answered",
+            EventKind::ToolsChanged { .. } => "tools_changed",
             EventKind::ToolCall { .. } => "tool_call",
             EventKind::ToolAttemptPrepared { .. } => "tool_attempt_prepared",
             EventKind::ToolResult { .. } => "tool_result",
@@ -841,6 +852,7 @@ impl EventKind {
             | EventKind::PermissionSettled { .. }
             | EventKind::ElicitationRequested { .. }
             | EventKind::ElicitationAnswered { .. }
+            | EventKind::ToolsChanged { .. }
             | EventKind::ToolCall { .. }
             | EventKind::ToolAttemptPrepared { .. }
             | EventKind::ToolResult { .. }

@@ -78,6 +78,6 @@ pub use store::{
     AppendError, Lease, LeaseError, ReadError, ResolveError, SessionStatus, SessionSummary, Store,
 };
 pub use tool::{
-    Access, Effects, Egress, Outcome, Tool, ToolContext, ToolOutput, ToolSpec, arguments_sha256,
-    sha256_hex,
+    Access, Effects, Egress, Outcome, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec,
+    arguments_sha256, sha256_hex,
 };

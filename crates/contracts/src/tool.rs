@@ -189,6 +189,18 @@ pub trait Tool: Send + Sync + Debug {
     async fn invoke(&self, context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput;
 }
 
+/// Tools that may change while a session runs (an MCP server's
+/// `notifications/tools/list_changed`): the kernel compares [`ToolSource::generation`]
+/// at each step boundary and, when it moved, offers [`ToolSource::tools`] instead of the
+/// source's earlier tools from the next model request on.
+pub trait ToolSource: Send + Sync + Debug {
+    /// How many times the list changed since the source was made (0: unchanged).
+    fn generation(&self) -> u64;
+
+    /// Every tool the source offers now, in order.
+    fn tools(&self) -> Vec<std::sync::Arc<dyn Tool>>;
+}
+
 /// The lowercase hex SHA-256 of `bytes`, as recorded in `arguments_sha256` and the
 /// composition hashes.
 pub fn sha256_hex(bytes: &[u8]) -> String {

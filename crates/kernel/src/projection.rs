@@ -203,6 +203,8 @@ impl Projector {
             // the answer only if the server puts it in its result.
             | EventKind::ElicitationRequested { .. }
             | EventKind::ElicitationAnswered { .. }
+            // The request's tool list is the change itself.
+            | EventKind::ToolsChanged { .. }
             | EventKind::ToolAttemptPrepared { .. }
             // A program's own calls: its parent's result is what the model reads.
             | EventKind::ToolCall { .. }

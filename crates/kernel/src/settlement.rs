@@ -65,7 +65,7 @@ pub(crate) struct CallPolicy {
 /// Per-run state of tool settlement.
 pub(crate) struct CallState<'a> {
     deps: &'a KernelDeps,
-    registry: &'a Registry,
+    registry: std::sync::Arc<Registry>,
     children: &'a dyn Children,
     run: crate::RunConfig,
     failpoints: std::sync::Arc<dyn Failpoints>,
@@ -105,6 +105,16 @@ pub(crate) struct CallState<'a> {
 }
 
 impl CallState<'_> {
+    /// The tools calls are settled against.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Settles later calls against `registry` (a changing source's new tools).
+    pub(crate) fn set_registry(&mut self, registry: std::sync::Arc<Registry>) {
+        self.registry = registry;
+    }
+
     /// Starts the repeated-failure guard from what the turn's earlier runs recorded.
     pub(crate) fn seed_failures(&mut self, failures: BTreeMap<(String, String), u32>) {
         self.failures = failures;
@@ -206,7 +216,7 @@ impl Call<'_> {
 impl<'a> CallState<'a> {
     pub(crate) fn new(
         deps: &'a KernelDeps,
-        registry: &'a Registry,
+        registry: std::sync::Arc<Registry>,
         children: &'a dyn Children,
         policy: CallPolicy,
     ) -> CallState<'a> {
@@ -771,7 +781,18 @@ impl<'a> CallState<'a> {
         }
         let Some(tool) = self.registry.get(name).cloned() else {
             let available = self.registry.names().join(", ");
-            let text = format!("error: unknown tool '{name}'. Available tools: {available}");
+            let removed = ledger.events().iter().rev().any(|event| {
+                matches!(&event.kind, EventKind::ToolsChanged { removed, .. }
+                    if removed.iter().any(|gone| gone == name))
+            });
+            let text = if removed {
+                format!(
+                    "error: tool '{name}' was removed by its server (tools/list_changed); it \
+                     is no longer offered. Available tools: {available}"
+                )
+            } else {
+                format!("error: unknown tool '{name}'. Available tools: {available}")
+            };
             *self.failures.entry(failure_key).or_insert(0) += 1;
             return call.result(ledger, None, Outcome::Error, text).await;
         };

@@ -66,6 +66,49 @@ pub(crate) struct KeelClient {
     answered: Arc<Mutex<Vec<Elicitation>>>,
     /// The tool calls of this server running now, oldest first.
     active: Arc<Mutex<Vec<ActiveCall>>>,
+    /// Where this server's current tools go when it says its list changed.
+    lists: Option<(Arc<ToolLists>, usize)>,
+    /// The server's handle, once made (for building its tools anew).
+    handle: Arc<std::sync::OnceLock<std::sync::Weak<crate::manager::ServerHandle>>>,
+}
+
+/// Every server's current tools, in configuration order: the composition root hands it to
+/// the kernel as its [`keel_contracts::ToolSource`]; a server's `tools/list_changed`
+/// replaces its list and moves the generation.
+#[derive(Debug, Default)]
+pub(crate) struct ToolLists {
+    lists: Mutex<Vec<Vec<Arc<crate::McpTool>>>>,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl ToolLists {
+    /// Sets server `index`'s tools; `changed` moves the generation.
+    pub(crate) fn set(&self, index: usize, tools: Vec<Arc<crate::McpTool>>, changed: bool) {
+        let mut lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner);
+        if lists.len() <= index {
+            lists.resize_with(index + 1, Vec::new);
+        }
+        lists[index] = tools;
+        if changed {
+            self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Every server's current tools.
+    pub(crate) fn current(&self) -> Vec<Arc<crate::McpTool>> {
+        let lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner);
+        lists.iter().flatten().cloned().collect()
+    }
+}
+
+impl keel_contracts::ToolSource for ToolLists {
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn keel_contracts::Tool>> {
+        self.current().into_iter().map(|tool| tool as Arc<dyn keel_contracts::Tool>).collect()
+    }
 }
 
 /// One running tool call: who asks its questions, and how long they kept the user.
@@ -136,8 +179,26 @@ impl KeelClient {
         server: &str,
         policy: ElicitationPolicy,
         answered: Arc<Mutex<Vec<Elicitation>>>,
+        lists: Option<(Arc<ToolLists>, usize)>,
     ) -> KeelClient {
-        KeelClient { server: server.to_owned(), policy, answered, active: Arc::default() }
+        KeelClient {
+            server: server.to_owned(),
+            policy,
+            answered,
+            active: Arc::default(),
+            lists,
+            handle: Arc::default(),
+        }
+    }
+
+    /// Names the server's handle (once it exists), for refreshing its tools.
+    pub(crate) fn set_handle(&self, handle: &Arc<crate::manager::ServerHandle>) {
+        let _ = self.handle.set(Arc::downgrade(handle));
+    }
+
+    /// Where this server's tools are kept, and its index there.
+    pub(crate) fn tool_lists(&self) -> Option<&(Arc<ToolLists>, usize)> {
+        self.lists.as_ref()
     }
 
     /// Marks a tool call of this server as running until the guard is dropped; its
@@ -251,6 +312,24 @@ impl ClientHandler for KeelClient {
                 ElicitResult::new(ElicitationAction::Cancel)
             }
         })
+    }
+
+    /// The server's tools changed: list them again and replace its tools (gated like the
+    /// others: access comes from the user's config and the transport, as at start). The
+    /// kernel offers the new list from its next step on. A failed listing keeps the old list.
+    async fn on_tool_list_changed(&self, context: rmcp::service::NotificationContext<RoleClient>) {
+        let Some((lists, index)) = &self.lists else { return };
+        let Some(server) = self.handle.get().and_then(std::sync::Weak::upgrade) else { return };
+        let listed =
+            tokio::time::timeout(server.startup_timeout(), context.peer.list_all_tools()).await;
+        let Ok(Ok(listed)) = listed else {
+            server.note("tools/list_changed: listing the tools again failed; the old list stays");
+            return;
+        };
+        let offers_resources =
+            context.peer.peer_info().is_some_and(|info| info.capabilities.resources.is_some());
+        let (tools, _, _) = crate::manager::build_tools(&server, &listed, offers_resources);
+        lists.set(*index, tools, true);
     }
 
     #[allow(deprecated)]

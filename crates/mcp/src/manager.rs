@@ -146,9 +146,10 @@ pub struct ServerStatus {
 /// The configured MCP servers and their tools.
 #[derive(Debug)]
 pub struct McpServers {
-    tools: Vec<Arc<McpTool>>,
     statuses: Vec<ServerStatus>,
     handles: Vec<Arc<ServerHandle>>,
+    /// Every server's current tools (changed by `tools/list_changed`).
+    lists: Arc<crate::client::ToolLists>,
 }
 
 impl McpServers {
@@ -162,19 +163,21 @@ impl McpServers {
     /// Dropping the future kills the stdio servers started so far.
     pub async fn start(specs: Vec<ServerSpec>, options: StartOptions) -> McpServers {
         let options = Arc::new(options);
+        let lists = Arc::new(crate::client::ToolLists::default());
         let started = futures::future::join_all(
-            specs.into_iter().map(|spec| start_one(spec, options.clone())),
+            specs
+                .into_iter()
+                .enumerate()
+                .map(|(index, spec)| start_one(spec, options.clone(), (lists.clone(), index))),
         )
         .await;
-        let mut tools = Vec::new();
         let mut statuses = Vec::new();
         let mut handles = Vec::new();
-        for (server_tools, status, handle) in started {
-            tools.extend(server_tools);
+        for (_tools, status, handle) in started {
             statuses.push(status);
             handles.extend(handle);
         }
-        McpServers { tools, statuses, handles }
+        McpServers { statuses, handles, lists }
     }
 
     /// Every `elicitation/create` answered so far, by server in configuration order, each
@@ -187,6 +190,13 @@ impl McpServers {
             }
         }
         all
+    }
+
+    /// Every server's current tools as a [`keel_contracts::ToolSource`] for the kernel
+    /// (`Kernel::with_tool_source`): a server's `notifications/tools/list_changed` lists
+    /// its tools again and moves the source's generation.
+    pub fn tool_source(&self) -> Arc<dyn keel_contracts::ToolSource> {
+        self.lists.clone()
     }
 
     /// Ends every server's session, in parallel, each within a few seconds: an HTTP
@@ -202,7 +212,7 @@ impl McpServers {
 
     /// The tools of every connected server, for the kernel's registry.
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        self.tools.iter().map(|tool| tool.clone() as Arc<dyn Tool>).collect()
+        self.lists.current().into_iter().map(|tool| tool as Arc<dyn Tool>).collect()
     }
 
     /// Every configured server's state, tools and notes, in configuration order.
@@ -214,6 +224,7 @@ impl McpServers {
 async fn start_one(
     spec: ServerSpec,
     options: Arc<StartOptions>,
+    lists: (Arc<crate::client::ToolLists>, usize),
 ) -> (Vec<Arc<McpTool>>, ServerStatus, Option<Arc<ServerHandle>>) {
     let mut status = ServerStatus {
         name: spec.name.clone(),
@@ -237,7 +248,8 @@ async fn start_one(
         TransportSpec::Http { .. } => None,
     };
     let elicitations = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let handler = KeelClient::new(&spec.name, options.elicitation, elicitations.clone());
+    let handler =
+        KeelClient::new(&spec.name, options.elicitation, elicitations.clone(), Some(lists));
     let server = Arc::new(ServerHandle {
         spec,
         options,
@@ -246,6 +258,7 @@ async fn start_one(
         elicitations,
         connection: tokio::sync::Mutex::new(None),
     });
+    server.handler.set_handle(&server);
     let listed = tokio::time::timeout(server.spec.startup_timeout, async {
         let connection = server.connect().await?;
         let tools =
@@ -273,18 +286,41 @@ async fn start_one(
     };
     *server.connection.lock().await = Some(connection);
 
+    let offers_resources = server
+        .connection
+        .lock()
+        .await
+        .as_ref()
+        .and_then(|connection| connection.peer().peer_info())
+        .is_some_and(|info| info.capabilities.resources.is_some());
+    let (tools, infos, notes) = build_tools(&server, &listed, offers_resources);
+    status.tools = infos;
+    status.notes.extend(notes);
+    if let Some((lists, index)) = server.handler.tool_lists() {
+        lists.set(*index, tools.clone(), false);
+    }
+    (tools, status, Some(server))
+}
+
+/// The keel tools of `server` for its `listed` tools (and keel's `read_resource` when it
+/// offers resources), what `keel mcp list` shows of them, and notes for the user.
+pub(crate) fn build_tools(
+    server: &Arc<ServerHandle>,
+    listed: &[rmcp::model::Tool],
+    offers_resources: bool,
+) -> (Vec<Arc<McpTool>>, Vec<McpToolInfo>, Vec<String>) {
+    let mut notes = Vec::new();
+    let mut infos = Vec::new();
     let mut names = BTreeSet::new();
     let mut tools = Vec::new();
     let offered: BTreeSet<&str> = listed.iter().map(|tool| tool.name.as_ref()).collect();
     for undeclared in server.spec.tools.keys().filter(|name| !offered.contains(name.as_str())) {
-        status
-            .notes
-            .push(format!("config declares tool '{undeclared}', which the server does not offer"));
+        notes.push(format!("config declares tool '{undeclared}', which the server does not offer"));
     }
-    for listed_tool in &listed {
+    for listed_tool in listed {
         let server_tool = listed_tool.name.to_string();
         if listed_tool.meta.as_ref().is_some_and(|meta| meta.0.contains_key(TASK_REQUIRED_META)) {
-            status.notes.push(format!(
+            notes.push(format!(
                 "tool '{server_tool}' left out: it can only run as a task (taskSupport = \
                  required), which keel does not support yet"
             ));
@@ -292,7 +328,7 @@ async fn start_one(
         }
         let name = keel_tool_name(&server.spec.name, &server_tool);
         if !names.insert(name.clone()) {
-            status.notes.push(format!(
+            notes.push(format!(
                 "tool '{server_tool}' left out: its name {name} is taken by another tool"
             ));
             continue;
@@ -334,7 +370,7 @@ async fn start_one(
             intrinsic: false,
             first_party: false,
         };
-        status.tools.push(info.clone());
+        infos.push(info.clone());
         let output_schema = listed_tool
             .output_schema
             .as_ref()
@@ -344,13 +380,6 @@ async fn start_one(
     // Resource links in results are only useful if the model can follow them: a server
     // that offers resources gets keel's `read_resource` tool, declared a read of that server
     // (with the server's egress), so it is gated like the server's own reads.
-    let offers_resources = server
-        .connection
-        .lock()
-        .await
-        .as_ref()
-        .and_then(|connection| connection.peer().peer_info())
-        .is_some_and(|info| info.capabilities.resources.is_some());
     if offers_resources {
         let name = keel_tool_name(&server.spec.name, READ_RESOURCE);
         if names.insert(name.clone()) {
@@ -385,15 +414,15 @@ async fn start_one(
                 intrinsic: false,
                 first_party: false,
             };
-            status.tools.push(info.clone());
+            infos.push(info.clone());
             tools.push(Arc::new(McpTool::read_resource(spec, info, server.clone())));
         } else {
-            status.notes.push(format!(
+            notes.push(format!(
                 "keel's {READ_RESOURCE} tool left out: the server has a tool of that name"
             ));
         }
     }
-    (tools, status, Some(server))
+    (tools, infos, notes)
 }
 
 /// The name of keel's resource-reading tool on a server that offers resources.
@@ -414,6 +443,18 @@ pub(crate) struct ServerHandle {
 }
 
 impl ServerHandle {
+    /// How long starting (and listing) may take.
+    pub(crate) fn startup_timeout(&self) -> std::time::Duration {
+        self.spec.startup_timeout
+    }
+
+    /// A line in the server's log (stdio servers).
+    pub(crate) fn note(&self, text: &str) {
+        if let Some(log) = &self.log {
+            log.note(text);
+        }
+    }
+
     fn stderr_tail(&self) -> Vec<String> {
         self.log.as_ref().map(|log| log.tail()).unwrap_or_default()
     }

@@ -71,6 +71,7 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::PermissionSettled { .. }
         | EventKind::ElicitationRequested { .. }
         | EventKind::ElicitationAnswered { .. }
+        | EventKind::ToolsChanged { .. }
         | EventKind::BoundaryRevised { .. }
         | EventKind::ToolCall { .. }
         | EventKind::InputJoined { .. }

@@ -376,6 +376,7 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::PermissionSettled { .. }
         | EventKind::ElicitationRequested { .. }
         | EventKind::ElicitationAnswered { .. }
+        | EventKind::ToolsChanged { .. }
         | EventKind::BoundaryRevised { .. }
         | EventKind::ToolCall { .. }
         | EventKind::InputJoined { .. }

@@ -196,3 +196,43 @@ fn redteam_mcp_elicit_plan_mode_and_deny_rules_ask_nothing_past_consent() {
     // No answer was turned into consent: the refused calls stay refused.
     assert!(events_of(&events, "permission_settled").iter().all(|e| e["answer"] == "deny"));
 }
+
+#[test]
+fn tools_list_changed_is_offered_at_a_next_step_recorded_and_still_gated() {
+    let env = Env::new();
+    let config = format!(
+        "{}[mcp_servers.el.tools.add_tool]\naccess = \"read\"\n\
+         [mcp_servers.el.tools.remove_tool]\naccess = \"read\"\n",
+        elicit_server("el", true)
+    );
+    let script = serde_json::json!({"steps": [
+        {"tool_calls": [{"name": "mcp__el__add_tool", "arguments": {}}]},
+        {"tool_calls": [{"name": "mcp__el__unprompted", "arguments": {}}],
+         "expect": {"last_outcomes": ["ok"]}},
+        // The new tool is in this request's tool list; it is an undeclared local tool, so
+        // a write, and `--approval deny` refuses it.
+        {"tool_calls": [{"name": "mcp__el__extra", "arguments": {}}],
+         "expect": {"contains": ["mcp__el__extra"]}},
+        {"tool_calls": [{"name": "mcp__el__remove_tool", "arguments": {}}],
+         "expect": {"last_outcomes": ["refused"]}},
+        {"tool_calls": [{"name": "mcp__el__unprompted", "arguments": {}}]},
+        {"tool_calls": [{"name": "mcp__el__extra", "arguments": {}}]},
+        {"text": "Gone.", "expect": {"last_outcomes": ["error"],
+            "contains": ["tool 'mcp__el__extra' was removed by its server"]}}
+    ]});
+    let events = run(&env, &config, script, &["--approval", "deny"]);
+    let changes = events_of(&events, "tools_changed");
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert_eq!(changes[0]["added"], serde_json::json!(["mcp__el__extra"]));
+    assert_eq!(changes[0]["removed"], serde_json::json!([]));
+    assert_eq!(changes[1]["added"], serde_json::json!([]));
+    assert_eq!(changes[1]["removed"], serde_json::json!(["mcp__el__extra"]));
+    // Gating applied to the new tool as to any: asked as a write, refused.
+    let asked = events_of(&events, "permission_requested");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0]["tool"], "mcp__el__extra");
+    assert_eq!(asked[0]["access"], "write");
+    // The run's composition named the tools at its start; the change came after it.
+    let composition = events_of(&events, "run_composition");
+    assert!(!composition[0]["tools"].as_array().unwrap().iter().any(|t| t == "mcp__el__extra"));
+}

@@ -100,8 +100,10 @@ def call(request_id, name, arguments):
         text(request_id, "unprompted: " + state["unprompted"])
     elif name in ("add_tool", "remove_tool"):
         state["extra"] = name == "add_tool"
-        text(request_id, "extra is %s" % ("added" if state["extra"] else "removed"))
+        # The notification first, so keel lists the tools again while the call ends.
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        time.sleep(0.2)
+        text(request_id, "extra is %s" % ("added" if state["extra"] else "removed"))
     elif name == "extra" and state["extra"]:
         text(request_id, "extra ran")
     else:
