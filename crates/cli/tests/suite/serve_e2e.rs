@@ -363,6 +363,8 @@ async fn serve_openapi_names_every_route() {
         "/v1/sessions/{id}/events",
         "/v1/sessions/{id}/permissions",
         "/v1/sessions/{id}/permissions/{call_id}",
+        "/v1/sessions/{id}/questions",
+        "/v1/sessions/{id}/questions/{question}",
         "/v1/schedules",
         "/v1/schedules/{id}",
         "/v1/wakes/{wake_id}",
