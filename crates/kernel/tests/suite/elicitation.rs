@@ -71,7 +71,9 @@ fn form() -> serde_json::Value {
 
 fn harness() -> Harness {
     let mut harness = Harness::new();
-    harness.extra_tools.push(Arc::new(Asker(spec("ask", Access::Read, false))));
+    let mut asker = spec("ask", Access::Read, false);
+    asker.parameters = serde_json::json!({"type": "object"});
+    harness.extra_tools.push(Arc::new(Asker(asker)));
     harness
 }
 
