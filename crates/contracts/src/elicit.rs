@@ -356,10 +356,13 @@ fn number_bound(property: &serde_json::Value, key: &str) -> Result<Option<f64>, 
     }
 }
 
+/// An enum's values and a title for each.
+type Listed = (Vec<String>, Vec<String>);
+
 /// The enum values of a single-select property (`enum`, or `oneOf`/`anyOf` of `const`s
 /// with titles), when it is one.
-fn enum_values(property: &serde_json::Value) -> Result<Option<(Vec<String>, Vec<String>)>, String> {
-    let listed = |items: &Vec<serde_json::Value>| -> Result<(Vec<String>, Vec<String>), String> {
+fn enum_values(property: &serde_json::Value) -> Result<Option<Listed>, String> {
+    let listed = |items: &Vec<serde_json::Value>| -> Result<Listed, String> {
         if items.len() > MAX_ENUM_VALUES {
             return Err(format!(
                 "an enum of {} values; keel shows at most {MAX_ENUM_VALUES}",
