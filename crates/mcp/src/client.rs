@@ -117,6 +117,8 @@ struct ActiveCall {
     id: u64,
     elicitor: Option<Arc<dyn Elicitor>>,
     pause: Arc<Pause>,
+    /// Closed when the call ends: a question still open then is abandoned.
+    ended: tokio::sync::watch::Receiver<()>,
 }
 
 /// The time a call's questions were open, which its tool timeout does not count.
@@ -163,6 +165,8 @@ pub(crate) struct CallGuard {
     active: Arc<Mutex<Vec<ActiveCall>>>,
     id: u64,
     pub(crate) pause: Arc<Pause>,
+    /// Dropped with the guard, which closes the call's `ended`.
+    _ending: tokio::sync::watch::Sender<()>,
 }
 
 impl Drop for CallGuard {
@@ -206,9 +210,10 @@ impl KeelClient {
     pub(crate) fn begin_call(&self, elicitor: Option<Arc<dyn Elicitor>>) -> CallGuard {
         let id = NEXT_CALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let pause = Arc::new(Pause::default());
+        let (ending, ended) = tokio::sync::watch::channel(());
         let mut active = self.active.lock().unwrap_or_else(PoisonError::into_inner);
-        active.push(ActiveCall { id, elicitor, pause: pause.clone() });
-        CallGuard { active: self.active.clone(), id, pause }
+        active.push(ActiveCall { id, elicitor, pause: pause.clone(), ended });
+        CallGuard { active: self.active.clone(), id, pause, _ending: ending }
     }
 
     /// The newest running call (questions cannot name their call; several calls of one
@@ -251,7 +256,7 @@ impl ClientHandler for KeelClient {
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         let value = serde_json::to_value(&request).unwrap_or_default();
         let message = value["message"].as_str().unwrap_or_default().to_owned();
@@ -268,9 +273,9 @@ impl ClientHandler for KeelClient {
                 });
                 return Ok(ElicitResult::new(ElicitationAction::Decline));
             }
-            Some(call) => call.elicitor.clone().map(|elicitor| (elicitor, call.pause)),
+            Some(call) => call.elicitor.clone().map(|elicitor| (elicitor, call.pause, call.ended)),
         };
-        let Some((elicitor, pause)) = routed else {
+        let Some((elicitor, pause, mut ended)) = routed else {
             // No one to route to: keel's fixed policy (URL mode is always declined).
             let (message, answer) = answer(self.policy, &request);
             self.keep(Elicitation {
@@ -291,7 +296,18 @@ impl ClientHandler for KeelClient {
             schema: value["requestedSchema"].clone(),
         };
         pause.open();
-        let answer: ElicitationAnswer = elicitor.elicit(asked).await;
+        // The question is abandoned (and recorded as cancelled by the kernel) when the
+        // server cancels it or the call it came during ends without it.
+        let answer: ElicitationAnswer = tokio::select! {
+            answer = elicitor.elicit(asked) => answer,
+            _ = ended.changed() => ElicitationAnswer::cancel(
+                "keel",
+                "the call ended before the question was answered",
+            ),
+            () = context.ct.cancelled() => {
+                ElicitationAnswer::cancel("keel", "the server cancelled its question")
+            }
+        };
         pause.close();
         self.keep(Elicitation {
             server: self.server.clone(),

@@ -1393,6 +1393,38 @@ async fn serve_an_unanswered_question_ends_as_cancel_after_the_approval_timeout(
     assert!(answered["reason"].as_str().unwrap().starts_with("approval_timeout"), "{answered}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_a_question_the_server_stops_waiting_for_ends_as_cancel() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    std::fs::write(
+        env.home.path().join("config.toml"),
+        super::elicit_e2e::elicit_server("el", true),
+    )
+    .unwrap();
+    let script = json!({"steps": [
+        {"tool_calls": [{"name": "mcp__el__ask", "arguments": {"timeout": 1}}]},
+        {"text": "done", "expect": {"contains": ["timed out"]}}
+    ]});
+    let path = env.scratch.path().join("gone.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let session = client.create(&workspace, &path, "ask").await;
+    let (status, _) =
+        client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "ask"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    // Nobody answers; the server gives up after a second and ends its call: the question
+    // is cancelled then, not left waiting for the approval timeout.
+    client.wait_state(&session, "completed").await;
+    let ledger = ledger(&env, &session);
+    let answered = ledger.iter().find(|e| e["kind"] == "elicitation_answered").unwrap();
+    assert_eq!(answered["action"], "cancel", "{answered}");
+    assert!(answered["reason"].as_str().unwrap().contains("stopped waiting"), "{answered}");
+    let (_, pending) = client.get(&format!("/v1/sessions/{session}/questions")).await;
+    assert_eq!(pending, json!([]));
+}
+
 /// A question id (`CALL#N`) as one path segment.
 fn urlencoding(text: &str) -> String {
     text.bytes()

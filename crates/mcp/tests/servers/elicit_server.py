@@ -4,7 +4,8 @@ library only.
 
 Tools:
   ask           asks `elicitation/create` with the call's `message` and `schema` (a small
-                form by default) and answers with what came back: `action=… content=…`
+                form by default) and answers with what came back: `action=… content=…`,
+                or `timed out` after `timeout` seconds (60) without an answer
   ask_later     answers at once, then asks a question while no call of it runs; the
                 answer is kept for `unprompted`
   unprompted    what the question asked by `ask_later` got back
@@ -87,7 +88,8 @@ def elicit(message, schema, timeout=60):
 
 def call(request_id, name, arguments):
     if name == "ask":
-        body = elicit(arguments.get("message", "Who are you?"), arguments.get("schema", FORM))
+        body = elicit(arguments.get("message", "Who are you?"), arguments.get("schema", FORM),
+                      timeout=arguments.get("timeout", 60))
         text(request_id, body)
     elif name == "ask_later":
         text(request_id, "asked later")
