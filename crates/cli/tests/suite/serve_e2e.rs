@@ -1425,6 +1425,40 @@ async fn serve_a_question_the_server_stops_waiting_for_ends_as_cancel() {
     assert_eq!(pending, json!([]));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_kill_9_with_a_pending_question_then_restart_records_it_cancelled() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let script = question_script(&env, "k.json", "done");
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let session = client.create(&workspace, &script, "ask").await;
+    client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "ask"})).await;
+    let before = client.question(&session).await;
+    host.kill9();
+
+    // The MCP request died with the host: the restarted host closes the dead run and
+    // records the question as cancelled (a later ask of the resumed run times out fast).
+    let host = Host::start(&env, &["--approval-timeout", "2s"]);
+    let client = host.client();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let cancelled = loop {
+        let ledger = ledger(&env, &session);
+        let found = ledger
+            .iter()
+            .find(|e| e["kind"] == "elicitation_answered" && e["question"] == before["question"]);
+        if let Some(found) = found {
+            break found.clone();
+        }
+        assert!(Instant::now() < deadline, "the open question was never closed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(cancelled["action"], "cancel", "{cancelled}");
+    assert_eq!(cancelled["by"], "keel", "{cancelled}");
+    assert!(cancelled["reason"].as_str().unwrap().starts_with("keel stopped"), "{cancelled}");
+    drop(client);
+}
+
 /// A question id (`CALL#N`) as one path segment.
 fn urlencoding(text: &str) -> String {
     text.bytes()
