@@ -499,6 +499,56 @@ mod tests {
         assert!(shown.contains("│ content:\n│   🚀\n│   line two"), "{shown}");
     }
 
+    #[tokio::test]
+    async fn questions_by_mode_auto_takes_defaults_deny_and_nobody_decline() {
+        use keel_contracts::{ElicitationAction, ElicitationRequest, FormSchema};
+        let approver = |mode: ApprovalMode, implicit: bool| Approver {
+            mode,
+            implicit,
+            person: None,
+            sandbox: SandboxMode::Managed,
+            workspace: PathBuf::from("/ws"),
+            boundary_patterns: Vec::new(),
+            store: Arc::new(keel_testkit::MemStore::new()),
+        };
+        let ask = |schema: serde_json::Value| ElicitationRequest {
+            server: "srv".to_owned(),
+            message: "Pick".to_owned(),
+            schema,
+        };
+        let defaulted = ask(serde_json::json!({"type": "object", "properties": {
+            "color": {"type": "string", "enum": ["red"], "default": "red"}}, "required": ["color"]}));
+        let bare = ask(serde_json::json!({"type": "object", "properties": {
+            "name": {"type": "string"}}, "required": ["name"]}));
+        let answer = |approver: Approver, request: ElicitationRequest| async move {
+            let form = FormSchema::parse(&request.schema).unwrap();
+            let question = ElicitationQuestion {
+                session_id: SessionId(uuid::Uuid::nil()),
+                call_id: &ToolCallId("c1".to_owned()),
+                tool: "mcp__srv__ask",
+                question: "c1#1",
+                request: &request,
+                form: &form,
+            };
+            approver.elicit(&question).await
+        };
+        let auto = answer(approver(ApprovalMode::Auto, false), defaulted.clone()).await;
+        assert_eq!((auto.action, auto.by.as_str()), (ElicitationAction::Accept, "approval=auto"));
+        assert_eq!(auto.content, Some(serde_json::json!({"color": "red"})));
+        let auto = answer(approver(ApprovalMode::Auto, false), bare.clone()).await;
+        assert_eq!(auto.action, ElicitationAction::Decline);
+        assert!(auto.reason.unwrap().contains("name"));
+        let deny = answer(approver(ApprovalMode::Deny, false), defaulted.clone()).await;
+        assert_eq!((deny.action, deny.by.as_str()), (ElicitationAction::Decline, "approval=deny"));
+        for mode in [ApprovalMode::Ask, ApprovalMode::Sandboxed] {
+            let nobody = answer(approver(mode, false), defaulted.clone()).await;
+            assert_eq!(nobody.action, ElicitationAction::Decline);
+            assert_eq!(nobody.reason.as_deref(), Some(keel_kernel::NOBODY_TO_ASK));
+        }
+        let implicit = answer(approver(ApprovalMode::Deny, true), defaulted).await;
+        assert_eq!(implicit.reason.as_deref(), Some(keel_kernel::NOBODY_TO_ASK));
+    }
+
     #[test]
     fn boundary_patterns_come_from_request_boundary_rules() {
         let allow = ["bash(git status*)".to_owned(), "request_boundary(/srv/data/*)".to_owned()];
