@@ -102,11 +102,11 @@ impl Printer {
         match &event.kind {
             // The prompt owns the terminal until it is answered: the status line is left
             // saying what waits, and is not redrawn over the question.
-            EventKind::PermissionRequested { .. } => {
+            EventKind::PermissionRequested { .. } | EventKind::ElicitationRequested { .. } => {
                 spinner.tick();
                 spinner.set_draw_target(ProgressDrawTarget::hidden());
             }
-            EventKind::PermissionSettled { .. } => {
+            EventKind::PermissionSettled { .. } | EventKind::ElicitationAnswered { .. } => {
                 spinner.set_draw_target(ProgressDrawTarget::stderr());
             }
             _ => {}
@@ -429,6 +429,34 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
             let until = expires_at.map(|at| format!(" until {at}")).unwrap_or_default();
             format!("#{seq}   permission {call_id}: {} by {by}{until}", serde_plain(answer))
         }
+        EventKind::ElicitationRequested { question, server, schema, .. } => {
+            let fields = schema["properties"]
+                .as_object()
+                .map(|fields| fields.keys().cloned().collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            format!(
+                "#{seq}   question {question} from MCP server {}: fields {}",
+                clip(server, 80),
+                clip(&fields, 200)
+            )
+        }
+        // The answer's values stay in the ledger: the log names the fields only.
+        EventKind::ElicitationAnswered { question, action, content, by, reason, .. } => {
+            let fields = content
+                .as_ref()
+                .and_then(|content| content.as_object())
+                .map(|fields| fields.keys().cloned().collect::<Vec<_>>().join(", "))
+                .map(|fields| format!(" (fields {})", clip(&fields, 200)))
+                .unwrap_or_default();
+            let why =
+                reason.as_deref().map(|why| format!(": {}", clip(why, 200))).unwrap_or_default();
+            format!("#{seq}   answer {question}: {} by {by}{fields}{why}", action.as_str())
+        }
+        EventKind::ToolsChanged { added, removed, .. } => format!(
+            "#{seq} tools changed: added {} · removed {}",
+            clip(&added.join(", "), 300),
+            clip(&removed.join(", "), 300)
+        ),
         EventKind::ToolCall { parent_call_id, call_id, tool, arguments } => format!(
             "#{seq}   call {call_id} {tool} {} (from {parent_call_id})",
             clip(&arguments.to_string(), 200)

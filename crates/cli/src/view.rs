@@ -318,6 +318,34 @@ impl View {
                 | PermissionAnswer::AllowSession
                 | PermissionAnswer::AllowExact => {}
             },
+            EventKind::ToolsChanged { added, removed, .. } => {
+                let mut parts = Vec::new();
+                if !added.is_empty() {
+                    parts.push(format!("added {}", one_line(&added.join(", "), 200)));
+                }
+                if !removed.is_empty() {
+                    parts.push(format!("removed {}", one_line(&removed.join(", "), 200)));
+                }
+                out.push(progress(paint.dim(&format!("  tools changed: {}", parts.join("; ")))));
+            }
+            EventKind::ElicitationRequested { server, .. } => {
+                self.activity =
+                    Some(format!("waiting for an answer to MCP server {}", one_line(server, 60)));
+            }
+            EventKind::ElicitationAnswered { action, by, reason, .. } => {
+                self.activity = None;
+                let why = reason.as_deref().map(|why| format!(": {}", one_line(why, 160)));
+                out.push(progress(paint.dim(&format!(
+                    "  question {} by {}{}",
+                    match action {
+                        keel_contracts::ElicitationAction::Accept => "answered",
+                        keel_contracts::ElicitationAction::Decline => "declined",
+                        keel_contracts::ElicitationAction::Cancel => "cancelled",
+                    },
+                    one_line(by, 60),
+                    why.unwrap_or_default()
+                ))));
+            }
             EventKind::ScheduleFired { schedule_id, scheduled_at } => {
                 out.push(progress(format!(
                     "  schedule {schedule_id} fired for {}",

@@ -541,6 +541,52 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expires_at: Option<DateTime<Utc>>,
     },
+    /// A tool's server asked the user a question while the call ran (MCP
+    /// `elicitation/create`). Never part of what the model sees.
+    ElicitationRequested {
+        /// The call the question came during.
+        call_id: ToolCallId,
+        /// The tool.
+        tool: String,
+        /// The question's id within the session (`CALL#N`), for answering it.
+        question: String,
+        /// The MCP server that asks.
+        server: String,
+        /// Its message (untrusted text: shown fenced, control characters removed).
+        message: String,
+        /// The requested schema as the server sent it.
+        schema: serde_json::Value,
+    },
+    /// The question was answered, declined or cancelled. The content goes to the server
+    /// only; the model sees it only if the server puts it in its tool result.
+    ElicitationAnswered {
+        /// The call the question came during.
+        call_id: ToolCallId,
+        /// The tool.
+        tool: String,
+        /// The question's id (as in its `elicitation_requested`).
+        question: String,
+        /// Accept, decline or cancel.
+        action: crate::ElicitationAction,
+        /// The answer, for `accept` (checked against the schema).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<serde_json::Value>,
+        /// Who answered (`user`, `approval=auto`, `remote (keel serve)`, `keel`).
+        by: String,
+        /// Why it was declined or cancelled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The tools of a changing source (an MCP server's `tools/list_changed`) changed
+    /// between steps: the next model request carries the new list.
+    ToolsChanged {
+        /// Tools offered from now on that were not before.
+        added: Vec<String>,
+        /// Tools no longer offered (a call to one is an `error` result).
+        removed: Vec<String>,
+        /// The SHA-256 of the whole new list of definitions.
+        tools_sha256: String,
+    },
     /// The user approved a `request_boundary`: commands of this session now run with a
     /// wider boundary.
     BoundaryRevised {
@@ -753,6 +799,9 @@ impl EventKind {
             EventKind::GateDecision { .. } => "gate_decision",
             EventKind::PermissionRequested { .. } => "permission_requested",
             EventKind::PermissionSettled { .. } => "permission_settled",
+            EventKind::ElicitationRequested { .. } => "elicitation_requested",
+            EventKind::ElicitationAnswered { .. } => "elicitation_answered",
+            EventKind::ToolsChanged { .. } => "tools_changed",
             EventKind::ToolCall { .. } => "tool_call",
             EventKind::ToolAttemptPrepared { .. } => "tool_attempt_prepared",
             EventKind::ToolResult { .. } => "tool_result",
@@ -801,6 +850,9 @@ impl EventKind {
             | EventKind::GateDecision { .. }
             | EventKind::PermissionRequested { .. }
             | EventKind::PermissionSettled { .. }
+            | EventKind::ElicitationRequested { .. }
+            | EventKind::ElicitationAnswered { .. }
+            | EventKind::ToolsChanged { .. }
             | EventKind::ToolCall { .. }
             | EventKind::ToolAttemptPrepared { .. }
             | EventKind::ToolResult { .. }

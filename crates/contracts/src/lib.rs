@@ -21,6 +21,7 @@ mod budget;
 mod children;
 mod clock;
 mod context;
+mod elicit;
 mod envelope;
 mod event;
 mod exact;
@@ -39,6 +40,10 @@ pub use clock::{Clock, IdGen, SystemClock, UuidV7Ids};
 pub use context::{
     ApproxCounter, ContextPolicy, MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_message_tokens,
     estimate_messages_tokens, estimate_request_tokens,
+};
+pub use elicit::{
+    ElicitationAction, ElicitationAnswer, ElicitationRequest, Elicitor, FieldKind, FormField,
+    FormSchema, MAX_ENUM_VALUES, MAX_FORM_FIELDS, MAX_STRING_ANSWER,
 };
 pub use envelope::{
     Authorization, Envelope, ExecutionMode, REFUSAL_BOUNDARY_DENIED, REFUSAL_FORBIDDEN,
@@ -73,6 +78,6 @@ pub use store::{
     AppendError, Lease, LeaseError, ReadError, ResolveError, SessionStatus, SessionSummary, Store,
 };
 pub use tool::{
-    Access, Effects, Egress, Outcome, Tool, ToolContext, ToolOutput, ToolSpec, arguments_sha256,
-    sha256_hex,
+    Access, Effects, Egress, Outcome, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec,
+    arguments_sha256, sha256_hex,
 };

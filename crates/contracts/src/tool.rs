@@ -168,6 +168,10 @@ pub struct ToolContext {
     /// Paths the session's deny rules deny for writing only: commands run with them
     /// read-only ([`crate::PermissionRules::write_denied_paths`]).
     pub write_denied_paths: crate::DeniedPaths,
+    /// How the tool asks the user a question during this call (an MCP server's
+    /// elicitation), recorded in the ledger; `None` when no one can be asked (keel's own
+    /// tools, tests, `keel mcp` commands).
+    pub elicitor: Option<std::sync::Arc<dyn crate::Elicitor>>,
 }
 
 /// A tool the kernel can invoke.
@@ -183,6 +187,18 @@ pub trait Tool: Send + Sync + Debug {
     /// The kernel drops this future when a run is cancelled; an implementation must leave
     /// nothing running when dropped (child processes are killed with their process group).
     async fn invoke(&self, context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput;
+}
+
+/// Tools that may change while a session runs (an MCP server's
+/// `notifications/tools/list_changed`): the kernel compares [`ToolSource::generation`]
+/// at each step boundary and, when it moved, offers [`ToolSource::tools`] instead of the
+/// source's earlier tools from the next model request on.
+pub trait ToolSource: Send + Sync + Debug {
+    /// How many times the list changed since the source was made (0: unchanged).
+    fn generation(&self) -> u64;
+
+    /// Every tool the source offers now, in order.
+    fn tools(&self) -> Vec<std::sync::Arc<dyn Tool>>;
 }
 
 /// The lowercase hex SHA-256 of `bytes`, as recorded in `arguments_sha256` and the

@@ -19,8 +19,10 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use keel_contracts::{ApprovalMode, EventKind, PermissionAnswer, SandboxMode, Seq, Store};
-use keel_kernel::{PermissionHook, PermissionRequest};
+use keel_contracts::{
+    ApprovalMode, ElicitationAnswer, EventKind, PermissionAnswer, SandboxMode, Seq, Store,
+};
+use keel_kernel::{ElicitationQuestion, NOBODY_TO_ASK, PermissionHook, PermissionRequest};
 
 use crate::terminal::one_line;
 
@@ -209,6 +211,37 @@ impl PermissionHook for Approver {
         }
     }
 
+    /// A server's question: `deny` declines it; `auto` accepts a form whose required
+    /// fields all have defaults with them; otherwise the person answers, and with nobody
+    /// to ask it is declined with that reason.
+    async fn elicit(&self, question: &ElicitationQuestion<'_>) -> ElicitationAnswer {
+        match self.mode {
+            ApprovalMode::Deny if self.implicit => {
+                return ElicitationAnswer::decline("keel", NOBODY_TO_ASK);
+            }
+            ApprovalMode::Deny => {
+                return keel_kernel::answer_by_policy(false, question.form);
+            }
+            ApprovalMode::Auto => {
+                if let Ok(content) = question.form.defaults() {
+                    return ElicitationAnswer::accept(content, "approval=auto");
+                }
+            }
+            ApprovalMode::Ask | ApprovalMode::Sandboxed => {}
+        }
+        match &self.person {
+            Some(person) => person.elicit(question).await,
+            None if self.mode == ApprovalMode::Auto => {
+                keel_kernel::answer_by_policy(true, question.form)
+            }
+            None => ElicitationAnswer::decline("keel", NOBODY_TO_ASK),
+        }
+    }
+
+    fn elicits_at_once(&self) -> bool {
+        self.person.is_none() || self.mode == ApprovalMode::Deny
+    }
+
     /// `auto` and `deny` answer every call but `request_boundary` from the mode alone;
     /// `ask` and `sandboxed` may prompt, so their requests are committed before asking.
     fn answers_at_once(&self, request: &PermissionRequest<'_>) -> bool {
@@ -381,6 +414,32 @@ impl PermissionHook for TerminalPrompt {
         .unwrap_or(PermissionAnswer::Deny);
         (answer, "user".to_owned())
     }
+
+    /// The server's question, framed (see [`crate::elicit`]), answered field by field.
+    async fn elicit(&self, question: &ElicitationQuestion<'_>) -> ElicitationAnswer {
+        // The blocking reader needs owned data: the form and the text are rebuilt there.
+        let request = question.request.clone();
+        let form = question.form.clone();
+        let (call_id, tool, id, session_id) = (
+            question.call_id.clone(),
+            question.tool.to_owned(),
+            question.question.to_owned(),
+            question.session_id,
+        );
+        tokio::task::spawn_blocking(move || {
+            let question = ElicitationQuestion {
+                session_id,
+                call_id: &call_id,
+                tool: &tool,
+                question: &id,
+                request: &request,
+                form: &form,
+            };
+            crate::elicit::ask_form(&question, &mut std::io::stdin().lock(), &mut std::io::stderr())
+        })
+        .await
+        .unwrap_or_else(|_| ElicitationAnswer::cancel("user", "the terminal prompt failed"))
+    }
 }
 
 #[cfg(test)]
@@ -438,6 +497,56 @@ mod tests {
         assert_framed(&shown);
         assert!(shown.contains("│ path: docs/café 日本.md"), "{shown}");
         assert!(shown.contains("│ content:\n│   🚀\n│   line two"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn questions_by_mode_auto_takes_defaults_deny_and_nobody_decline() {
+        use keel_contracts::{ElicitationAction, ElicitationRequest, FormSchema};
+        let approver = |mode: ApprovalMode, implicit: bool| Approver {
+            mode,
+            implicit,
+            person: None,
+            sandbox: SandboxMode::Managed,
+            workspace: PathBuf::from("/ws"),
+            boundary_patterns: Vec::new(),
+            store: Arc::new(keel_testkit::MemStore::new()),
+        };
+        let ask = |schema: serde_json::Value| ElicitationRequest {
+            server: "srv".to_owned(),
+            message: "Pick".to_owned(),
+            schema,
+        };
+        let defaulted = ask(serde_json::json!({"type": "object", "properties": {
+            "color": {"type": "string", "enum": ["red"], "default": "red"}}, "required": ["color"]}));
+        let bare = ask(serde_json::json!({"type": "object", "properties": {
+            "name": {"type": "string"}}, "required": ["name"]}));
+        let answer = |approver: Approver, request: ElicitationRequest| async move {
+            let form = FormSchema::parse(&request.schema).unwrap();
+            let question = ElicitationQuestion {
+                session_id: SessionId(uuid::Uuid::nil()),
+                call_id: &ToolCallId("c1".to_owned()),
+                tool: "mcp__srv__ask",
+                question: "c1#1",
+                request: &request,
+                form: &form,
+            };
+            approver.elicit(&question).await
+        };
+        let auto = answer(approver(ApprovalMode::Auto, false), defaulted.clone()).await;
+        assert_eq!((auto.action, auto.by.as_str()), (ElicitationAction::Accept, "approval=auto"));
+        assert_eq!(auto.content, Some(serde_json::json!({"color": "red"})));
+        let auto = answer(approver(ApprovalMode::Auto, false), bare.clone()).await;
+        assert_eq!(auto.action, ElicitationAction::Decline);
+        assert!(auto.reason.unwrap().contains("name"));
+        let deny = answer(approver(ApprovalMode::Deny, false), defaulted.clone()).await;
+        assert_eq!((deny.action, deny.by.as_str()), (ElicitationAction::Decline, "approval=deny"));
+        for mode in [ApprovalMode::Ask, ApprovalMode::Sandboxed] {
+            let nobody = answer(approver(mode, false), defaulted.clone()).await;
+            assert_eq!(nobody.action, ElicitationAction::Decline);
+            assert_eq!(nobody.reason.as_deref(), Some(keel_kernel::NOBODY_TO_ASK));
+        }
+        let implicit = answer(approver(ApprovalMode::Deny, true), defaulted).await;
+        assert_eq!(implicit.reason.as_deref(), Some(keel_kernel::NOBODY_TO_ASK));
     }
 
     #[test]

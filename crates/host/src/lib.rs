@@ -16,6 +16,7 @@
 pub mod acp;
 pub mod approval;
 pub mod config;
+pub mod elicit;
 pub mod failpoints;
 pub mod instructions;
 pub mod mcp;

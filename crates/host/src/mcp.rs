@@ -25,6 +25,12 @@ impl Started {
         self.servers.tools()
     }
 
+    /// The servers' current tools, which change on `tools/list_changed`, for
+    /// `Kernel::with_tool_source`.
+    pub fn tool_source(&self) -> Arc<dyn keel_contracts::ToolSource> {
+        self.servers.tool_source()
+    }
+
     /// The untrusted-input policy for the system prompt, when any MCP tool is present.
     pub fn policy_instruction(&self) -> Option<Instruction> {
         (!self.servers.tools().is_empty()).then(|| Instruction {

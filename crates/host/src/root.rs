@@ -573,7 +573,8 @@ pub fn build_kernel(
         .with_wait()
         .context("cannot assemble the tool registry")?
         .with_lease_holder(lease_holder())
-        .with_holder_liveness(Arc::new(LocalProcesses));
+        .with_holder_liveness(Arc::new(LocalProcesses))
+        .with_tool_source(mcp.tool_source());
     check_deny_rule_tools(&kernel, &resolved.run.rules)?;
     crate::failpoints::install(outbox.install(kernel))
 }

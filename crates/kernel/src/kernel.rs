@@ -40,6 +40,44 @@ pub struct Kernel {
     pub(crate) holder_liveness: Arc<dyn crate::lease::HolderLiveness>,
     /// The bounds of a `run_code` cell.
     code_limits: crate::CodeLimits,
+    /// Tools that may change while a run goes on (MCP servers), and what the kernel's
+    /// tools held of them when it was built.
+    tool_source: Option<DynamicTools>,
+}
+
+/// A changing tool source and the generation and names the kernel's registry holds.
+#[derive(Debug)]
+struct DynamicTools {
+    source: Arc<dyn keel_contracts::ToolSource>,
+    generation: u64,
+    names: std::collections::BTreeSet<String>,
+}
+
+/// What a run's registry holds of a changing source: its generation and tool names.
+type Offered = (u64, std::collections::BTreeSet<String>);
+
+/// The registry with the source's current tools when its generation moved past
+/// `offered`'s (which is updated), with the names added and removed.
+fn refresh_tools(
+    dynamic: &DynamicTools,
+    offered: &mut Offered,
+    registry: &Registry,
+) -> Option<(Registry, Vec<String>, Vec<String>)> {
+    let generation = dynamic.source.generation();
+    if generation == offered.0 {
+        return None;
+    }
+    let tools = dynamic.source.tools();
+    let mut now: std::collections::BTreeSet<String> =
+        tools.iter().map(|tool| tool.spec().name.clone()).collect();
+    let (fresh, left_out) = registry.replaced(&offered.1, tools);
+    for name in &left_out {
+        now.remove(name);
+    }
+    let added = now.difference(&offered.1).cloned().collect();
+    let removed = offered.1.difference(&now).cloned().collect();
+    *offered = (generation, now);
+    Some((fresh, added, removed))
 }
 
 /// How deep sub-agents may nest by default: a top-level agent may spawn children, which
@@ -104,7 +142,19 @@ impl Kernel {
             holder: default_holder(),
             holder_liveness: Arc::new(crate::lease::UnknownLiveness),
             code_limits: crate::CodeLimits::default(),
+            tool_source: None,
         })
+    }
+
+    /// This kernel, offering `source`'s current tools at every step: when its generation
+    /// moves, the next model request carries its new list (recorded as `tools_changed`),
+    /// gated like any tool. The kernel's tools must hold the source's tools as they are
+    /// now (the composition root passes both). Sub-agents keep the list they started with.
+    pub fn with_tool_source(mut self, source: Arc<dyn keel_contracts::ToolSource>) -> Kernel {
+        let generation = source.generation();
+        let names = source.tools().iter().map(|tool| tool.spec().name.clone()).collect();
+        self.tool_source = Some(DynamicTools { source, generation, names });
+        self
     }
 
     /// This kernel, taking session leases as `holder` (e.g. `keel pid 4242 on build-7`).
@@ -520,6 +570,17 @@ impl Kernel {
         // Fails only for a per-run tool that cannot be registered (a schema that does not
         // compile, a clashing name): nothing has run, and a host checks these first.
         let registry = self.run_registry(config)?;
+        // A changing source's tools as they are now (they may have changed since the
+        // kernel was built): part of the run's composition, not a change within it.
+        let mut offered: Option<Offered> =
+            self.tool_source.as_ref().map(|dynamic| (dynamic.generation, dynamic.names.clone()));
+        let registry = match (&self.tool_source, offered.as_mut()) {
+            (Some(dynamic), Some(state)) => refresh_tools(dynamic, state, &registry)
+                .map(|(fresh, _, _)| fresh)
+                .unwrap_or(registry),
+            _ => registry,
+        };
+        let registry = Arc::new(registry);
         ledger.stage(
             turn,
             run,
@@ -568,7 +629,7 @@ impl Kernel {
         let deadline = config.budget.max_time.map(|max_time| started + max_time);
         let mut calls = CallState::new(
             &self.deps,
-            &registry,
+            registry.clone(),
             self,
             CallPolicy {
                 workspace: workspace.into(),
@@ -601,12 +662,12 @@ impl Kernel {
         }
         // The system prompt and the tool definitions are fixed for the run: count them once,
         // not on every step.
-        let definitions = registry.definitions();
+        let mut definitions = registry.definitions();
         // Room for a carried note's move to the system prompt (its heading, and the user-role
         // line that may then stand first): reserved on every step, a few dozen tokens.
         let system_tokens = self.deps.counter.count(&system)
             + context::carried_note_overhead(self.deps.counter.as_ref());
-        let definitions_tokens =
+        let mut definitions_tokens =
             self.deps.counter.count(&serde_json::to_string(&definitions).unwrap_or_default());
         let mut spent = Spent::default();
         // The fitted request kept between steps: each step projects, estimates and hashes
@@ -687,6 +748,27 @@ impl Kernel {
             for (input, sender) in steering.take() {
                 let seq = ledger.stage(turn, run, EventKind::InputJoined { input }).seq;
                 joined.push((seq, sender));
+            }
+            // A changing source's new tools are offered from this step's request on.
+            if let (Some(dynamic), Some(state)) = (&self.tool_source, offered.as_mut())
+                && let Some((fresh, added, removed)) =
+                    refresh_tools(dynamic, state, calls.registry())
+            {
+                ledger.stage(
+                    turn,
+                    run,
+                    EventKind::ToolsChanged {
+                        added,
+                        removed,
+                        tools_sha256: fresh.definitions_sha256(),
+                    },
+                );
+                definitions = fresh.definitions();
+                definitions_tokens = self
+                    .deps
+                    .counter
+                    .count(&serde_json::to_string(&definitions).unwrap_or_default());
+                calls.set_registry(Arc::new(fresh));
             }
             // The last permitted step runs with tools off, so the model writes its report;
             // the definitions stay in the request (a history with tool calls needs them on

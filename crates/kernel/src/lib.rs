@@ -25,6 +25,7 @@ pub mod compaction;
 mod config;
 pub mod context;
 pub mod digest;
+mod elicit;
 mod error;
 mod failpoint;
 mod intrinsic;
@@ -53,7 +54,10 @@ pub use kernel::{
 };
 pub use lease::{HolderLiveness, LEASE_RENEW_EVERY, LEASE_TTL, UnknownLiveness};
 pub use outbox::{NoOutbox, OUTBOX_FLUSH_TIMEOUT, Outbox};
-pub use permission::{PermissionHook, PermissionRequest, StaticPermissions};
+pub use permission::{
+    ElicitationQuestion, NOBODY_TO_ASK, PermissionHook, PermissionRequest, StaticPermissions,
+    answer_by_policy,
+};
 pub use registry::{AgentTools, Registry, RegistryError};
 pub use seal::APPROVED_PLAN_TASK;
 pub use steering::{Joined, Steering, SteeringClosed};

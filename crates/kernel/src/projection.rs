@@ -199,6 +199,12 @@ impl Projector {
             | EventKind::GateDecision { .. }
             | EventKind::PermissionRequested { .. }
             | EventKind::PermissionSettled { .. }
+            // A server's question and the user's answer are between them: the model sees
+            // the answer only if the server puts it in its result.
+            | EventKind::ElicitationRequested { .. }
+            | EventKind::ElicitationAnswered { .. }
+            // The request's tool list is the change itself.
+            | EventKind::ToolsChanged { .. }
             | EventKind::ToolAttemptPrepared { .. }
             // A program's own calls: its parent's result is what the model reads.
             | EventKind::ToolCall { .. }

@@ -28,6 +28,9 @@ pub const NOT_DISPATCHED_TEXT: &str =
 /// Result text for a call that waited for consent when a new turn began instead.
 pub const NEW_TURN_TEXT: &str = "cancelled: a new turn began before this call's permission request was answered; it did \
 not run";
+/// Why a server's question still open when keel stopped ends as `cancel`.
+pub const QUESTION_ENDED_TEXT: &str =
+    "keel stopped before the question was answered; the server's request ended with it";
 /// Reason recorded on a run closed by recovery.
 pub const INTERRUPTED_REASON: &str =
     "interrupted: the process driving this run stopped before the run finished";
@@ -65,6 +68,9 @@ pub(crate) async fn close_dangling_run(
         .map(|call| (call.call_id, call.name, None, false))
         .collect();
     let mut asked = std::collections::BTreeSet::new();
+    // Questions a server asked during a call that got no answer: the server's request
+    // ended with the process that held it.
+    let mut questions: Vec<(keel_contracts::ToolCallId, String, String)> = Vec::new();
     for event in run_events {
         match &event.kind {
             EventKind::ModelResponse {
@@ -98,11 +104,34 @@ pub(crate) async fn close_dangling_run(
             EventKind::PermissionSettled { call_id, .. } => {
                 asked.remove(call_id);
             }
+            EventKind::ElicitationRequested { call_id, tool, question, .. } => {
+                questions.push((call_id.clone(), tool.clone(), question.clone()));
+            }
+            EventKind::ElicitationAnswered { question, .. } => {
+                questions.retain(|(_, _, open)| open != question);
+            }
             EventKind::ToolResult { call_id, .. } => open.retain(|(id, _, _, _)| id != call_id),
             _ => {}
         }
     }
     drop(history);
+    for (call_id, tool, question) in questions {
+        ledger
+            .append(
+                turn_id,
+                run_id,
+                EventKind::ElicitationAnswered {
+                    call_id,
+                    tool,
+                    question,
+                    action: keel_contracts::ElicitationAction::Cancel,
+                    content: None,
+                    by: "keel".to_owned(),
+                    reason: Some(QUESTION_ENDED_TEXT.to_owned()),
+                },
+            )
+            .await?;
+    }
     // A call that waited for consent is asked again by the next run of the turn: it and
     // the undispatched calls after it stay open. A program's calls are never asked again.
     let awaiting = open

@@ -127,6 +127,47 @@ impl Registry {
         Ok(registry)
     }
 
+    /// This registry with the tools named in `remove` replaced by `add` (a changing
+    /// source's new list, see [`keel_contracts::ToolSource`]), placed where workspace tools
+    /// go (before keel's intrinsic ones). A new tool that claims to be intrinsic, whose name
+    /// another tool holds, or whose schema does not compile is left out, named in the
+    /// second value.
+    pub(crate) fn replaced(
+        &self,
+        remove: &std::collections::BTreeSet<String>,
+        add: Vec<Arc<dyn Tool>>,
+    ) -> (Registry, Vec<String>) {
+        let kept: Vec<Entry> = self
+            .entries
+            .iter()
+            .filter(|entry| !remove.contains(&entry.tool.spec().name))
+            .cloned()
+            .collect();
+        let at = kept.iter().position(|entry| entry.tool.spec().intrinsic).unwrap_or(kept.len());
+        let mut taken: std::collections::BTreeSet<String> =
+            kept.iter().map(|entry| entry.tool.spec().name.clone()).collect();
+        let mut added = Vec::new();
+        let mut left_out = Vec::new();
+        for tool in add {
+            let spec = tool.spec();
+            if spec.intrinsic || !taken.insert(spec.name.clone()) {
+                left_out.push(spec.name.clone());
+                continue;
+            }
+            match jsonschema::validator_for(&spec.parameters) {
+                Ok(validator) => added.push(Entry { tool, validator }),
+                Err(_) => left_out.push(spec.name.clone()),
+            }
+        }
+        let mut entries = kept;
+        let tail = entries.split_off(at);
+        entries.extend(added);
+        entries.extend(tail);
+        let by_name =
+            entries.iter().enumerate().map(|(i, e)| (e.tool.spec().name.clone(), i)).collect();
+        (Registry { entries, by_name }, left_out)
+    }
+
     /// This registry with keel's own intrinsic `tool` appended (see `Kernel::with_wait`).
     pub(crate) fn with_tool(self, tool: Arc<dyn Tool>) -> Result<Registry, RegistryError> {
         self.with_run_tools(vec![tool])

@@ -65,7 +65,7 @@ pub(crate) struct CallPolicy {
 /// Per-run state of tool settlement.
 pub(crate) struct CallState<'a> {
     deps: &'a KernelDeps,
-    registry: &'a Registry,
+    registry: std::sync::Arc<Registry>,
     children: &'a dyn Children,
     run: crate::RunConfig,
     failpoints: std::sync::Arc<dyn Failpoints>,
@@ -105,6 +105,16 @@ pub(crate) struct CallState<'a> {
 }
 
 impl CallState<'_> {
+    /// The tools calls are settled against.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Settles later calls against `registry` (a changing source's new tools).
+    pub(crate) fn set_registry(&mut self, registry: std::sync::Arc<Registry>) {
+        self.registry = registry;
+    }
+
     /// Starts the repeated-failure guard from what the turn's earlier runs recorded.
     pub(crate) fn seed_failures(&mut self, failures: BTreeMap<(String, String), u32>) {
         self.failures = failures;
@@ -206,7 +216,7 @@ impl Call<'_> {
 impl<'a> CallState<'a> {
     pub(crate) fn new(
         deps: &'a KernelDeps,
-        registry: &'a Registry,
+        registry: std::sync::Arc<Registry>,
         children: &'a dyn Children,
         policy: CallPolicy,
     ) -> CallState<'a> {
@@ -339,6 +349,108 @@ impl<'a> CallState<'a> {
             },
         );
         Ok(Some(answer))
+    }
+
+    /// Records a tool's question (`elicitation_requested`), asks it through the permission
+    /// hook (unless keel refuses the form), checks the answer against the form, records it
+    /// (`elicitation_answered`, durable before the server gets it) and hands it back. A
+    /// cancelled run, a server that stops waiting or the run's deadline end it as `cancel`.
+    async fn answer_question(
+        &self,
+        ledger: &mut Ledger,
+        call: &Call<'_>,
+        number: u32,
+        asked: crate::elicit::Asked,
+        cancel: &Cancellation,
+    ) -> Result<()> {
+        use keel_contracts::{ElicitationAction, ElicitationAnswer, FormSchema};
+        let crate::elicit::Asked { request, mut reply, .. } = asked;
+        let tool_call = call.call;
+        let question = format!("{}#{number}", tool_call.call_id.0);
+        ledger.stage(
+            call.turn,
+            call.run,
+            EventKind::ElicitationRequested {
+                call_id: tool_call.call_id.clone(),
+                tool: tool_call.name.clone(),
+                question: question.clone(),
+                server: request.server.clone(),
+                message: request.message.clone(),
+                schema: request.schema.clone(),
+            },
+        );
+        let answer = match FormSchema::parse(&request.schema) {
+            Err(why) => {
+                ElicitationAnswer::decline("keel", format!("keel refuses this form: {why}"))
+            }
+            Ok(form) => {
+                let asking = crate::permission::ElicitationQuestion {
+                    session_id: ledger.session_id,
+                    call_id: &tool_call.call_id,
+                    tool: &tool_call.name,
+                    question: &question,
+                    request: &request,
+                    form: &form,
+                };
+                // A question someone may take time to answer is a ledger fact first.
+                if !self.deps.permissions.elicits_at_once() {
+                    ledger.commit().await?;
+                }
+                let answer = tokio::select! {
+                    answer = self.deps.permissions.elicit(&asking) => answer,
+                    () = cancel.cancelled() => {
+                        ElicitationAnswer::cancel("keel", "the run was cancelled")
+                    }
+                    () = reply.closed() => ElicitationAnswer::cancel(
+                        "keel",
+                        "the server stopped waiting for the answer (its request timed out or \
+                         was cancelled)",
+                    ),
+                    () = until(self.deadline) => {
+                        ElicitationAnswer::cancel("keel", "the run's time budget ran out")
+                    }
+                };
+                match answer.action {
+                    ElicitationAction::Accept => {
+                        let content = answer
+                            .content
+                            .clone()
+                            .unwrap_or_else(|| serde_json::Value::Object(Default::default()));
+                        match form.validate(&content) {
+                            Ok(()) => ElicitationAnswer { content: Some(content), ..answer },
+                            Err(why) => ElicitationAnswer::decline(
+                                "keel",
+                                format!(
+                                    "the answer ({}) does not match the form: {why}; nothing of \
+                                     it was sent",
+                                    answer.by
+                                ),
+                            ),
+                        }
+                    }
+                    ElicitationAction::Decline | ElicitationAction::Cancel => {
+                        ElicitationAnswer { content: None, ..answer }
+                    }
+                }
+            }
+        };
+        ledger.stage(
+            call.turn,
+            call.run,
+            EventKind::ElicitationAnswered {
+                call_id: tool_call.call_id.clone(),
+                tool: tool_call.name.clone(),
+                question,
+                action: answer.action,
+                content: answer.content.clone(),
+                by: answer.by.clone(),
+                reason: answer.reason.clone(),
+            },
+        );
+        // The answer leaves the process: it is durable first.
+        ledger.commit().await?;
+        let _ = reply.send(answer);
+        Ok(())
     }
 
     /// `request_boundary`: one negotiation at a time through the permission path; approval
@@ -555,12 +667,20 @@ impl<'a> CallState<'a> {
             admitted.push(admission.ready);
         }
         let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_READS));
+        // Questions from any of the reads are answered while the loop below awaits them.
+        let (sender, mut questions) = crate::elicit::channel();
+        let mut asked = vec![0u32; tool_calls.len()];
         let running: Vec<Option<(Ready, AbortOnDrop)>> = admitted
             .into_iter()
             .zip(tool_calls)
-            .map(|(ready, tool_call)| {
+            .enumerate()
+            .map(|(index, (ready, tool_call))| {
                 let ready = ready?;
-                let (tool, context) = (ready.tool.clone(), ready.context.clone());
+                let (tool, mut context) = (ready.tool.clone(), ready.context.clone());
+                context.elicitor = Some(std::sync::Arc::new(crate::elicit::CallElicitor::new(
+                    index,
+                    sender.clone(),
+                )));
                 let arguments = tool_call.arguments.clone();
                 let permits = permits.clone();
                 let task = AbortOnDrop(tokio::spawn(async move {
@@ -573,9 +693,10 @@ impl<'a> CallState<'a> {
                 Some((ready, task))
             })
             .collect();
+        drop(sender);
         for ((slot, tool_call), hold) in running.into_iter().zip(tool_calls).zip(held) {
             let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold: None };
-            let Some((ready, task)) = slot else {
+            let Some((ready, mut task)) = slot else {
                 let answered = hold.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some((attempt, output)) = answered {
                     call.output(ledger, attempt, output).await?;
@@ -593,23 +714,34 @@ impl<'a> CallState<'a> {
                 .await?;
                 continue;
             }
-            let output = tokio::select! {
-                joined = task.join() => match joined {
-                    Ok(output) => output,
-                    Err(error) => ToolOutput::error(format!("error: the tool failed unexpectedly: {error}")),
-                },
-                () = cancel.cancelled() => {
-                    call.result(ledger, attempt, Outcome::Cancelled, CANCELLED_WHILE_RUNNING.into())
-                        .await?;
-                    continue;
-                }
-                () = until(self.deadline) => {
-                    self.out_of_time = true;
-                    call.result(ledger, attempt, Outcome::Cancelled, STOPPED_EARLY_WHILE_RUNNING.into())
-                        .await?;
-                    continue;
+            let output = loop {
+                tokio::select! {
+                    joined = task.wait() => break Some(match joined {
+                        Ok(output) => output,
+                        Err(error) => ToolOutput::error(format!("error: the tool failed unexpectedly: {error}")),
+                    }),
+                    Some(question) = questions.recv() => {
+                        let Some(asking) = tool_calls.get(question.index) else { continue };
+                        let asker =
+                            Call { turn: Some(turn_id), run: Some(run_id), call: asking, hold: None };
+                        asked[question.index] += 1;
+                        let number = asked[question.index];
+                        self.answer_question(ledger, &asker, number, question, cancel).await?;
+                    }
+                    () = cancel.cancelled() => {
+                        call.result(ledger, attempt, Outcome::Cancelled, CANCELLED_WHILE_RUNNING.into())
+                            .await?;
+                        break None;
+                    }
+                    () = until(self.deadline) => {
+                        self.out_of_time = true;
+                        call.result(ledger, attempt, Outcome::Cancelled, STOPPED_EARLY_WHILE_RUNNING.into())
+                            .await?;
+                        break None;
+                    }
                 }
             };
+            let Some(output) = output else { continue };
             if output.outcome == Outcome::Error {
                 *self.failures.entry(ready.failure_key).or_insert(0) += 1;
             }
@@ -649,7 +781,18 @@ impl<'a> CallState<'a> {
         }
         let Some(tool) = self.registry.get(name).cloned() else {
             let available = self.registry.names().join(", ");
-            let text = format!("error: unknown tool '{name}'. Available tools: {available}");
+            let removed = ledger.events().iter().rev().any(|event| {
+                matches!(&event.kind, EventKind::ToolsChanged { removed, .. }
+                    if removed.iter().any(|gone| gone == name))
+            });
+            let text = if removed {
+                format!(
+                    "error: tool '{name}' was removed by its server (tools/list_changed); it \
+                     is no longer offered. Available tools: {available}"
+                )
+            } else {
+                format!("error: unknown tool '{name}'. Available tools: {available}")
+            };
             *self.failures.entry(failure_key).or_insert(0) += 1;
             return call.result(ledger, None, Outcome::Error, text).await;
         };
@@ -811,6 +954,7 @@ impl<'a> CallState<'a> {
             boundary: self.boundary.clone(),
             denied_paths: self.denied_paths.clone(),
             write_denied_paths: self.write_denied_paths.clone(),
+            elicitor: None,
         };
         admission.ready = Some(Ready { attempt_id, tool, context, failure_key, arguments_sha256 });
         Ok(())
@@ -908,25 +1052,37 @@ impl<'a> CallState<'a> {
             return call.output(ledger, Some(attempt_id), output).await;
         }
         let arguments = tool_call.arguments.clone();
-        let task =
+        // The tool may ask the user questions while it runs (an MCP server's elicitation):
+        // they come back here, are recorded and asked, and answered in order.
+        let (sender, mut questions) = crate::elicit::channel();
+        let mut context = context;
+        context.elicitor = Some(std::sync::Arc::new(crate::elicit::CallElicitor::new(0, sender)));
+        let mut task =
             AbortOnDrop(tokio::spawn(async move { tool.invoke(&context, &arguments).await }));
         let failpoints = self.failpoints.clone();
         tokio::spawn(async move { failpoints.hit(Failpoint::MidTool).await });
-        let output = tokio::select! {
-            joined = task.join() => match joined {
-                Ok(output) => output,
-                Err(error) => ToolOutput::error(format!("error: the tool failed unexpectedly: {error}")),
-            },
-            () = cancel.cancelled() => {
-                return call
-                    .result(ledger, Some(attempt_id), Outcome::Cancelled, CANCELLED_WHILE_RUNNING.into())
-                    .await;
-            }
-            () = until(self.deadline) => {
-                self.out_of_time = true;
-                return call
-                    .result(ledger, Some(attempt_id), Outcome::Cancelled, STOPPED_EARLY_WHILE_RUNNING.into())
-                    .await;
+        let mut asked = 0u32;
+        let output = loop {
+            tokio::select! {
+                joined = task.wait() => break match joined {
+                    Ok(output) => output,
+                    Err(error) => ToolOutput::error(format!("error: the tool failed unexpectedly: {error}")),
+                },
+                Some(question) = questions.recv() => {
+                    asked += 1;
+                    self.answer_question(ledger, &call, asked, question, cancel).await?;
+                }
+                () = cancel.cancelled() => {
+                    return call
+                        .result(ledger, Some(attempt_id), Outcome::Cancelled, CANCELLED_WHILE_RUNNING.into())
+                        .await;
+                }
+                () = until(self.deadline) => {
+                    self.out_of_time = true;
+                    return call
+                        .result(ledger, Some(attempt_id), Outcome::Cancelled, STOPPED_EARLY_WHILE_RUNNING.into())
+                        .await;
+                }
             }
         };
         if output.outcome == Outcome::Error {
@@ -1064,7 +1220,8 @@ fn session_grant(ledger: &Ledger, tool: &str) -> Option<u64> {
 struct AbortOnDrop(tokio::task::JoinHandle<ToolOutput>);
 
 impl AbortOnDrop {
-    async fn join(mut self) -> std::result::Result<ToolOutput, tokio::task::JoinError> {
+    /// Waits for the task without giving it up (for a `select!` in a loop).
+    async fn wait(&mut self) -> std::result::Result<ToolOutput, tokio::task::JoinError> {
         (&mut self.0).await
     }
 }

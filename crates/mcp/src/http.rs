@@ -8,7 +8,13 @@
 //! (when a session id was sent and the message names the session) becomes
 //! `SessionExpired`, which makes rmcp start a new session and retry the request once; any
 //! other becomes an error naming the server's message, which fails the request at once.
-//! It also keeps no idle connections ([`KeelHttpClient::new`]).
+//! It also keeps no idle connections ([`KeelHttpClient::new`]), and gives every SSE event
+//! (the answers of a POST that streams, and the GET stream) the stdio line filter's
+//! rewrites before rmcp decodes it: a content block of a type rmcp does not know becomes a
+//! text block naming it (else the whole result fails to decode), and a listed tool that
+//! requires task augmentation is marked so the manager leaves it out. A POST answered with
+//! a plain JSON body is decoded by rmcp's client before keel sees it, so there such a
+//! result still fails as a whole (servers of the TypeScript SDK stream by default).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -130,6 +136,9 @@ impl StreamableHttpClient for KeelHttpClient {
             {
                 Err(orphan_error(session_attached, &error.error.message))
             }
+            Ok(StreamableHttpPostResponse::Sse(stream, session)) => {
+                Ok(StreamableHttpPostResponse::Sse(filtered(stream), session))
+            }
             other => other,
         };
         let challenge = match &answer {
@@ -173,7 +182,10 @@ impl StreamableHttpClient for KeelHttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Error> {
-        self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+        self.inner
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+            .map(filtered)
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -195,7 +207,28 @@ impl StreamableHttpClient for KeelHttpClient {
                 max_sse_event_size,
             )
             .await
+            .map(filtered)
     }
+}
+
+/// `stream` with each event's data given the stdio filter's rewrites (see the module doc).
+fn filtered(
+    stream: BoxStream<'static, Result<Sse, SseError>>,
+) -> BoxStream<'static, Result<Sse, SseError>> {
+    use futures::StreamExt;
+    stream.map(|event| event.map(rewrite_event)).boxed()
+}
+
+fn rewrite_event(mut event: Sse) -> Sse {
+    if let Some(data) = &event.data {
+        let bytes = data.as_bytes();
+        let replaced = crate::stdio::known_blocks_only(bytes)
+            .or_else(|| crate::stdio::mark_task_only_tools(bytes));
+        if let Some(text) = replaced.and_then(|bytes| String::from_utf8(bytes).ok()) {
+            event.data = Some(text);
+        }
+    }
+    event
 }
 
 /// The error for an answer that is a JSON-RPC error naming no request: a lost session when
@@ -214,6 +247,26 @@ fn orphan_error(session_attached: bool, message: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sse_events_get_the_stdio_rewrites() {
+        let event =
+            |data: &str| Sse { event: None, data: Some(data.to_owned()), id: None, retry: None };
+        let result = r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"a"},{"type":"hologram","x":1}]}}"#;
+        let rewritten = rewrite_event(event(result)).data.unwrap();
+        let value: serde_json::Value = serde_json::from_str(&rewritten).unwrap();
+        assert_eq!(value["result"]["content"][0]["text"], "a");
+        assert_eq!(
+            value["result"]["content"][1]["text"],
+            "[a content block of unknown type 'hologram' left out]"
+        );
+        let listed = r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"t","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}}]}}"#;
+        let rewritten = rewrite_event(event(listed)).data.unwrap();
+        assert!(rewritten.contains(crate::stdio::TASK_REQUIRED_META), "{rewritten}");
+        // An ordinary event passes unchanged.
+        let plain = r#"{"jsonrpc":"2.0","id":4,"result":{"content":[{"type":"text","text":"b"}]}}"#;
+        assert_eq!(rewrite_event(event(plain)).data.as_deref(), Some(plain));
+    }
 
     #[test]
     fn orphan_errors_table() {

@@ -11,7 +11,7 @@ use rmcp::ServiceError;
 use rmcp::model::CallToolRequestParams;
 
 use crate::access::{AccessSource, declare_access};
-use crate::client::{Elicitation, ElicitationPolicy, KeelClient};
+use crate::client::{CallGuard, Elicitation, ElicitationPolicy, KeelClient, Pause};
 use crate::config::{ServerSpec, TransportSpec};
 use crate::connection::Connection;
 use crate::error::ConnectError;
@@ -149,9 +149,10 @@ pub struct ServerStatus {
 /// The configured MCP servers and their tools.
 #[derive(Debug)]
 pub struct McpServers {
-    tools: Vec<Arc<McpTool>>,
     statuses: Vec<ServerStatus>,
     handles: Vec<Arc<ServerHandle>>,
+    /// Every server's current tools (changed by `tools/list_changed`).
+    lists: Arc<crate::client::ToolLists>,
 }
 
 impl McpServers {
@@ -165,19 +166,21 @@ impl McpServers {
     /// Dropping the future kills the stdio servers started so far.
     pub async fn start(specs: Vec<ServerSpec>, options: StartOptions) -> McpServers {
         let options = Arc::new(options);
+        let lists = Arc::new(crate::client::ToolLists::default());
         let started = futures::future::join_all(
-            specs.into_iter().map(|spec| start_one(spec, options.clone())),
+            specs
+                .into_iter()
+                .enumerate()
+                .map(|(index, spec)| start_one(spec, options.clone(), (lists.clone(), index))),
         )
         .await;
-        let mut tools = Vec::new();
         let mut statuses = Vec::new();
         let mut handles = Vec::new();
-        for (server_tools, status, handle) in started {
-            tools.extend(server_tools);
+        for (_tools, status, handle) in started {
             statuses.push(status);
             handles.extend(handle);
         }
-        McpServers { tools, statuses, handles }
+        McpServers { statuses, handles, lists }
     }
 
     /// Every `elicitation/create` answered so far, by server in configuration order, each
@@ -190,6 +193,13 @@ impl McpServers {
             }
         }
         all
+    }
+
+    /// Every server's current tools as a [`keel_contracts::ToolSource`] for the kernel
+    /// (`Kernel::with_tool_source`): a server's `notifications/tools/list_changed` lists
+    /// its tools again and moves the source's generation.
+    pub fn tool_source(&self) -> Arc<dyn keel_contracts::ToolSource> {
+        self.lists.clone()
     }
 
     /// Ends every server's session, in parallel, each within a few seconds: an HTTP
@@ -205,7 +215,7 @@ impl McpServers {
 
     /// The tools of every connected server, for the kernel's registry.
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        self.tools.iter().map(|tool| tool.clone() as Arc<dyn Tool>).collect()
+        self.lists.current().into_iter().map(|tool| tool as Arc<dyn Tool>).collect()
     }
 
     /// Every configured server's state, tools and notes, in configuration order.
@@ -217,6 +227,7 @@ impl McpServers {
 async fn start_one(
     spec: ServerSpec,
     options: Arc<StartOptions>,
+    lists: (Arc<crate::client::ToolLists>, usize),
 ) -> (Vec<Arc<McpTool>>, ServerStatus, Option<Arc<ServerHandle>>) {
     let mut status = ServerStatus {
         name: spec.name.clone(),
@@ -240,7 +251,8 @@ async fn start_one(
         TransportSpec::Http { .. } => None,
     };
     let elicitations = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let handler = KeelClient::new(&spec.name, options.elicitation, elicitations.clone());
+    let handler =
+        KeelClient::new(&spec.name, options.elicitation, elicitations.clone(), Some(lists));
     let server = Arc::new(ServerHandle {
         spec,
         options,
@@ -249,6 +261,7 @@ async fn start_one(
         elicitations,
         connection: tokio::sync::Mutex::new(None),
     });
+    server.handler.set_handle(&server);
     let listed = tokio::time::timeout(server.spec.startup_timeout, async {
         let connection = server.connect().await?;
         let tools = connection.peer().list_all_tools().await.map_err(|error| {
@@ -279,18 +292,41 @@ async fn start_one(
     };
     *server.connection.lock().await = Some(connection);
 
+    let offers_resources = server
+        .connection
+        .lock()
+        .await
+        .as_ref()
+        .and_then(|connection| connection.peer().peer_info())
+        .is_some_and(|info| info.capabilities.resources.is_some());
+    let (tools, infos, notes) = build_tools(&server, &listed, offers_resources);
+    status.tools = infos;
+    status.notes.extend(notes);
+    if let Some((lists, index)) = server.handler.tool_lists() {
+        lists.set(*index, tools.clone(), false);
+    }
+    (tools, status, Some(server))
+}
+
+/// The keel tools of `server` for its `listed` tools (and keel's `read_resource` when it
+/// offers resources), what `keel mcp list` shows of them, and notes for the user.
+pub(crate) fn build_tools(
+    server: &Arc<ServerHandle>,
+    listed: &[rmcp::model::Tool],
+    offers_resources: bool,
+) -> (Vec<Arc<McpTool>>, Vec<McpToolInfo>, Vec<String>) {
+    let mut notes = Vec::new();
+    let mut infos = Vec::new();
     let mut names = BTreeSet::new();
     let mut tools = Vec::new();
     let offered: BTreeSet<&str> = listed.iter().map(|tool| tool.name.as_ref()).collect();
     for undeclared in server.spec.tools.keys().filter(|name| !offered.contains(name.as_str())) {
-        status
-            .notes
-            .push(format!("config declares tool '{undeclared}', which the server does not offer"));
+        notes.push(format!("config declares tool '{undeclared}', which the server does not offer"));
     }
-    for listed_tool in &listed {
+    for listed_tool in listed {
         let server_tool = listed_tool.name.to_string();
         if listed_tool.meta.as_ref().is_some_and(|meta| meta.0.contains_key(TASK_REQUIRED_META)) {
-            status.notes.push(format!(
+            notes.push(format!(
                 "tool '{server_tool}' left out: it can only run as a task (taskSupport = \
                  required), which keel does not support yet"
             ));
@@ -298,7 +334,7 @@ async fn start_one(
         }
         let name = keel_tool_name(&server.spec.name, &server_tool);
         if !names.insert(name.clone()) {
-            status.notes.push(format!(
+            notes.push(format!(
                 "tool '{server_tool}' left out: its name {name} is taken by another tool"
             ));
             continue;
@@ -340,7 +376,7 @@ async fn start_one(
             intrinsic: false,
             first_party: false,
         };
-        status.tools.push(info.clone());
+        infos.push(info.clone());
         let output_schema = listed_tool
             .output_schema
             .as_ref()
@@ -350,13 +386,6 @@ async fn start_one(
     // Resource links in results are only useful if the model can follow them: a server
     // that offers resources gets keel's `read_resource` tool, declared a read of that server
     // (with the server's egress), so it is gated like the server's own reads.
-    let offers_resources = server
-        .connection
-        .lock()
-        .await
-        .as_ref()
-        .and_then(|connection| connection.peer().peer_info())
-        .is_some_and(|info| info.capabilities.resources.is_some());
     if offers_resources {
         let name = keel_tool_name(&server.spec.name, READ_RESOURCE);
         if names.insert(name.clone()) {
@@ -391,15 +420,15 @@ async fn start_one(
                 intrinsic: false,
                 first_party: false,
             };
-            status.tools.push(info.clone());
+            infos.push(info.clone());
             tools.push(Arc::new(McpTool::read_resource(spec, info, server.clone())));
         } else {
-            status.notes.push(format!(
+            notes.push(format!(
                 "keel's {READ_RESOURCE} tool left out: the server has a tool of that name"
             ));
         }
     }
-    (tools, status, Some(server))
+    (tools, infos, notes)
 }
 
 /// The name of keel's resource-reading tool on a server that offers resources.
@@ -420,6 +449,18 @@ pub(crate) struct ServerHandle {
 }
 
 impl ServerHandle {
+    /// How long starting (and listing) may take.
+    pub(crate) fn startup_timeout(&self) -> std::time::Duration {
+        self.spec.startup_timeout
+    }
+
+    /// A line in the server's log (stdio servers).
+    pub(crate) fn note(&self, text: &str) {
+        if let Some(log) = &self.log {
+            log.note(text);
+        }
+    }
+
     fn stderr_tail(&self) -> Vec<String> {
         self.log.as_ref().map(|log| log.tail()).unwrap_or_default()
     }
@@ -460,6 +501,15 @@ impl ServerHandle {
         }
     }
 
+    /// Marks a call of this server as running (its questions go to `elicitor`) until the
+    /// guard is dropped.
+    pub(crate) fn begin_call(
+        &self,
+        elicitor: Option<Arc<dyn keel_contracts::Elicitor>>,
+    ) -> CallGuard {
+        self.handler.begin_call(elicitor)
+    }
+
     /// Forgets `connection` if it is still the current one.
     async fn discard(&self, connection: &Arc<Connection>) {
         let mut slot = self.connection.lock().await;
@@ -481,6 +531,7 @@ impl ServerHandle {
         server_tool: &str,
         arguments: &serde_json::Value,
         output_schema: Option<&serde_json::Value>,
+        running: &CallGuard,
     ) -> ToolOutput {
         let server = &self.spec.name;
         let arguments = match arguments {
@@ -504,8 +555,8 @@ impl ServerHandle {
         let timeout = self.spec.tool_timeout;
         let started = tokio::time::Instant::now();
         let mut connection = connection;
-        let mut called =
-            tokio::time::timeout(timeout, connection.peer().call_tool(params.clone())).await;
+        let pause = &running.pause;
+        let mut called = within(timeout, pause, connection.peer().call_tool(params.clone())).await;
         // An HTTP server that refused the session (it restarted, or forgot it) did not run
         // the call: send it once more on a new session, within what is left of the timeout.
         if let Ok(Err(error)) = &called
@@ -516,8 +567,9 @@ impl ServerHandle {
             match self.live_connection().await {
                 Ok(fresh) => {
                     connection = fresh;
-                    let left = timeout.saturating_sub(started.elapsed());
-                    called = tokio::time::timeout(left, connection.peer().call_tool(params)).await;
+                    let left =
+                        timeout.saturating_sub(started.elapsed().saturating_sub(pause.paused()));
+                    called = within(left, pause, connection.peer().call_tool(params)).await;
                 }
                 Err(error) => {
                     return ToolOutput::error(format!(
@@ -551,7 +603,7 @@ impl ServerHandle {
                 let (outcome, text) = render(&result);
                 ToolOutput { outcome, content: fence_untrusted(source, &text), raw: None }
             }
-            Err(_elapsed) => ToolOutput::error(format!(
+            Err(Elapsed) => ToolOutput::error(format!(
                 "error: MCP tool '{server_tool}' of server '{server}' did not answer within {} ms; \
                  the server was told to cancel it",
                 timeout.as_millis()
@@ -603,6 +655,7 @@ impl ServerHandle {
         &self,
         source: &str,
         arguments: &serde_json::Value,
+        running: &CallGuard,
     ) -> ToolOutput {
         let server = &self.spec.name;
         let Some(uri) = arguments["uri"].as_str().filter(|uri| !uri.is_empty()) else {
@@ -619,11 +672,11 @@ impl ServerHandle {
         };
         let params = rmcp::model::ReadResourceRequestParams::new(uri);
         let read =
-            tokio::time::timeout(self.spec.tool_timeout, connection.peer().read_resource(params))
+            within(self.spec.tool_timeout, &running.pause, connection.peer().read_resource(params))
                 .await;
         let result = match read {
             Ok(Ok(result)) => result,
-            Err(_elapsed) => {
+            Err(Elapsed) => {
                 return ToolOutput::error(format!(
                     "error: MCP server '{server}' did not answer resources/read within {} ms",
                     self.spec.tool_timeout.as_millis()
@@ -700,6 +753,38 @@ fn structured_mismatch(
         let text = problems.join("; ");
         text.chars().take(500).collect()
     })
+}
+
+/// A request that did not answer within its timeout.
+#[derive(Debug)]
+struct Elapsed;
+
+/// `future` within `timeout`, not counting the time the call's questions were open (a
+/// person answering a server's question is not the server being slow).
+///
+/// # Cancel safety
+///
+/// Dropping it drops `future`.
+async fn within<T>(
+    timeout: std::time::Duration,
+    pause: &Pause,
+    future: impl std::future::Future<Output = T>,
+) -> Result<T, Elapsed> {
+    let started = tokio::time::Instant::now();
+    let mut future = std::pin::pin!(future);
+    let mut deadline = started + timeout;
+    loop {
+        tokio::select! {
+            output = &mut future => return Ok(output),
+            () = tokio::time::sleep_until(deadline) => {
+                let counted = started.elapsed().saturating_sub(pause.paused());
+                if counted >= timeout {
+                    return Err(Elapsed);
+                }
+                deadline = tokio::time::Instant::now() + (timeout - counted);
+            }
+        }
+    }
 }
 
 fn lost_connection(error: &ServiceError) -> bool {

@@ -271,7 +271,7 @@ const KNOWN_BLOCK_TYPES: &[&str] = &["text", "image", "audio", "resource", "reso
 /// A tool result whose `content` has blocks of a type keel does not know would fail to
 /// decode as a whole; this rewrites each such block into a text block that names its type,
 /// so the known blocks arrive. `None` when nothing needs rewriting.
-fn known_blocks_only(message: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn known_blocks_only(message: &[u8]) -> Option<Vec<u8>> {
     // Cheap filter first: only results with content blocks can need it.
     if !message.windows(9).any(|w| w == b"\"content\"") {
         return None;
@@ -299,7 +299,7 @@ pub(crate) const TASK_REQUIRED_META: &str = "keel/taskSupportRequired";
 
 /// A `tools/list` result whose tools say `execution.taskSupport = "required"`: each such
 /// tool gets [`TASK_REQUIRED_META`] in its `_meta`, so the manager can leave it out.
-fn mark_task_only_tools(message: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn mark_task_only_tools(message: &[u8]) -> Option<Vec<u8>> {
     if !message.windows(13).any(|w| w == b"\"taskSupport\"") {
         return None;
     }

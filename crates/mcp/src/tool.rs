@@ -57,12 +57,20 @@ impl Tool for McpTool {
     /// # Cancel safety
     ///
     /// Dropping the future sends `notifications/cancelled` for the call in flight.
-    async fn invoke(&self, _context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput {
+    async fn invoke(&self, context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput {
+        // While it runs, the server's questions go to the user through this call.
+        let running = self.server.begin_call(context.elicitor.clone());
         if self.reads_resources {
-            return self.server.read_resource(&self.spec.name, arguments).await;
+            return self.server.read_resource(&self.spec.name, arguments, &running).await;
         }
         self.server
-            .call(&self.spec.name, &self.info.server_tool, arguments, self.output_schema.as_ref())
+            .call(
+                &self.spec.name,
+                &self.info.server_tool,
+                arguments,
+                self.output_schema.as_ref(),
+                &running,
+            )
             .await
     }
 }

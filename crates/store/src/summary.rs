@@ -69,6 +69,9 @@ pub(crate) fn apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::GateDecision { .. }
         | EventKind::PermissionRequested { .. }
         | EventKind::PermissionSettled { .. }
+        | EventKind::ElicitationRequested { .. }
+        | EventKind::ElicitationAnswered { .. }
+        | EventKind::ToolsChanged { .. }
         | EventKind::BoundaryRevised { .. }
         | EventKind::ToolCall { .. }
         | EventKind::InputJoined { .. }

@@ -374,6 +374,9 @@ fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
         | EventKind::GateDecision { .. }
         | EventKind::PermissionRequested { .. }
         | EventKind::PermissionSettled { .. }
+        | EventKind::ElicitationRequested { .. }
+        | EventKind::ElicitationAnswered { .. }
+        | EventKind::ToolsChanged { .. }
         | EventKind::BoundaryRevised { .. }
         | EventKind::ToolCall { .. }
         | EventKind::InputJoined { .. }

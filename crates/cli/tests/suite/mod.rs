@@ -5,6 +5,7 @@ mod cli_surface;
 mod codemode_e2e;
 mod context_e2e;
 mod crash;
+mod elicit_e2e;
 mod eval_e2e;
 mod exact_e2e;
 mod example;

@@ -363,6 +363,8 @@ async fn serve_openapi_names_every_route() {
         "/v1/sessions/{id}/events",
         "/v1/sessions/{id}/permissions",
         "/v1/sessions/{id}/permissions/{call_id}",
+        "/v1/sessions/{id}/questions",
+        "/v1/sessions/{id}/questions/{question}",
         "/v1/schedules",
         "/v1/schedules/{id}",
         "/v1/wakes/{wake_id}",
@@ -1301,4 +1303,199 @@ async fn redteam_host_a_killed_keel_run_with_approval_auto_is_closed_not_resumed
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     client.wait_state(&session, "completed").await;
     assert!(workspace.join("r.txt").exists());
+}
+
+impl Client {
+    /// Waits until the session has a pending server question; returns it.
+    async fn question(&self, session: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, body) = self.get(&format!("/v1/sessions/{session}/questions")).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            if let Some(first) = body.as_array().and_then(|list| list.first()) {
+                return first.clone();
+            }
+            assert!(Instant::now() < deadline, "no pending question");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn question_script(env: &Env, name: &str, expect: &str) -> PathBuf {
+    std::fs::write(
+        env.home.path().join("config.toml"),
+        super::elicit_e2e::elicit_server("el", true),
+    )
+    .unwrap();
+    let script = json!({"steps": [
+        {"tool_calls": [{"name": "mcp__el__ask", "arguments": {}}]},
+        {"text": "done", "expect": {"contains": [expect]}}
+    ]});
+    let path = env.scratch.path().join(name);
+    std::fs::write(&path, script.to_string()).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redteam_mcp_elicit_a_hosted_question_is_pending_checked_and_answered_over_http() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let script = question_script(
+        &env,
+        "q.json",
+        "action=accept content={\"color\": \"green\", \"name\": \"Bo\"}",
+    );
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let session = client.create(&workspace, &script, "ask").await;
+    let (status, _) =
+        client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "ask"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let question = client.question(&session).await;
+    assert_eq!(question["server"], "el", "{question}");
+    assert_eq!(question["message"], "Who are you?");
+    assert_eq!(question["schema"]["required"], json!(["name"]));
+    let id = question["question"].as_str().unwrap().to_owned();
+    // A subscriber that already saw the request gets it again as pending.
+    let seq = question["requested_seq"].as_u64().unwrap();
+    let mut stream = client.events(&session, Some(seq)).await;
+    let pending = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(frame) = stream.next().await {
+            if frame.event.as_deref() == Some("question_pending") {
+                return Some(frame);
+            }
+        }
+        None
+    })
+    .await
+    .expect("no question_pending frame within 10 s")
+    .expect("the stream ended before a question_pending frame");
+    assert!(pending.id.is_none(), "a re-sent question has no id: {pending:?}");
+    assert_eq!(serde_json::from_str::<Value>(&pending.data).unwrap()["question"], id);
+    drop(stream);
+    // Answers that do not fit the form are refused and nothing is sent.
+    let path = format!("/v1/sessions/{session}/questions/{}", urlencoding(&id));
+    for bad in [
+        json!({"action": "accept", "content": {"color": "green"}}),
+        json!({"action": "accept", "content": {"name": "Bo", "color": "blue"}}),
+        json!({"action": "accept", "content": {"name": 7}}),
+        json!({"action": "accept", "content": {"name": "Bo", "extra": true}}),
+    ] {
+        let (status, body) = client.post(&path, bad.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_answer", "{body}");
+    }
+    let (status, body) = client
+        .post(&path, json!({"action": "accept", "content": {"name": "Bo", "color": "green"}}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["action"], "accept");
+    client.wait_state(&session, "completed").await;
+    let ledger = ledger(&env, &session);
+    let answered: Vec<&Value> =
+        ledger.iter().filter(|e| e["kind"] == "elicitation_answered").collect();
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    assert_eq!(answered[0]["by"], "remote (keel serve)");
+    assert_eq!(answered[0]["content"], json!({"name": "Bo", "color": "green"}));
+    // Answered once: a second answer is a conflict, and nothing is pending.
+    let (status, _) = client.post(&path, json!({"action": "decline"})).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (_, pending) = client.get(&format!("/v1/sessions/{session}/questions")).await;
+    assert_eq!(pending, json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_an_unanswered_question_ends_as_cancel_after_the_approval_timeout() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let script = question_script(&env, "t.json", "action=cancel content=null");
+    let host = Host::start(&env, &["--approval-timeout", "1s"]);
+    let client = host.client();
+    let session = client.create(&workspace, &script, "ask").await;
+    let (status, _) =
+        client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "ask"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    client.wait_state(&session, "completed").await;
+    let ledger = ledger(&env, &session);
+    let answered = ledger.iter().find(|e| e["kind"] == "elicitation_answered").unwrap();
+    assert_eq!(answered["action"], "cancel", "{answered}");
+    assert!(answered["reason"].as_str().unwrap().starts_with("approval_timeout"), "{answered}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_a_question_the_server_stops_waiting_for_ends_as_cancel() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    std::fs::write(
+        env.home.path().join("config.toml"),
+        super::elicit_e2e::elicit_server("el", true),
+    )
+    .unwrap();
+    let script = json!({"steps": [
+        {"tool_calls": [{"name": "mcp__el__ask", "arguments": {"timeout": 1}}]},
+        {"text": "done", "expect": {"contains": ["timed out"]}}
+    ]});
+    let path = env.scratch.path().join("gone.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let session = client.create(&workspace, &path, "ask").await;
+    let (status, _) =
+        client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "ask"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    // Nobody answers; the server gives up after a second and ends its call: the question
+    // is cancelled then, not left waiting for the approval timeout.
+    client.wait_state(&session, "completed").await;
+    let ledger = ledger(&env, &session);
+    let answered = ledger.iter().find(|e| e["kind"] == "elicitation_answered").unwrap();
+    assert_eq!(answered["action"], "cancel", "{answered}");
+    assert!(answered["reason"].as_str().unwrap().contains("stopped waiting"), "{answered}");
+    let (_, pending) = client.get(&format!("/v1/sessions/{session}/questions")).await;
+    assert_eq!(pending, json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_kill_9_with_a_pending_question_then_restart_records_it_cancelled() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let script = question_script(&env, "k.json", "done");
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let session = client.create(&workspace, &script, "ask").await;
+    client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "ask"})).await;
+    let before = client.question(&session).await;
+    host.kill9();
+
+    // The MCP request died with the host: the restarted host closes the dead run and
+    // records the question as cancelled (a later ask of the resumed run times out fast).
+    let host = Host::start(&env, &["--approval-timeout", "2s"]);
+    let client = host.client();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let cancelled = loop {
+        let ledger = ledger(&env, &session);
+        let found = ledger
+            .iter()
+            .find(|e| e["kind"] == "elicitation_answered" && e["question"] == before["question"]);
+        if let Some(found) = found {
+            break found.clone();
+        }
+        assert!(Instant::now() < deadline, "the open question was never closed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(cancelled["action"], "cancel", "{cancelled}");
+    assert_eq!(cancelled["by"], "keel", "{cancelled}");
+    assert!(cancelled["reason"].as_str().unwrap().starts_with("keel stopped"), "{cancelled}");
+    drop(client);
+}
+
+/// A question id (`CALL#N`) as one path segment.
+fn urlencoding(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
 }

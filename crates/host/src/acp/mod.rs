@@ -74,6 +74,7 @@ pub async fn serve(options: AcpOptions) -> anyhow::Result<()> {
         options,
         sessions: Mutex::new(HashMap::new()),
         turns: Mutex::new(Vec::new()),
+        client_elicits: Arc::default(),
     });
     // The editor closing stdin ends the connection; an editor (or a supervisor) that
     // sends SIGTERM or SIGINT instead gets the same orderly end.
@@ -117,11 +118,18 @@ pub async fn serve(options: AcpOptions) -> anyhow::Result<()> {
 async fn connect(agent: Arc<AcpAgent>) -> Result<(), agent_client_protocol::Error> {
     let (a1, a2, a3, a4, a5, a6) =
         (agent.clone(), agent.clone(), agent.clone(), agent.clone(), agent.clone(), agent.clone());
+    let a0 = agent.clone();
     Agent
         .v1()
         .name("keel")
         .on_receive_request(
-            async move |_request: InitializeRequest, responder, _cx| {
+            async move |request: InitializeRequest, responder, _cx| {
+                let elicits = request
+                    .client_capabilities
+                    .elicitation
+                    .as_ref()
+                    .is_some_and(|offered| offered.form.is_some());
+                a0.client_elicits.store(elicits, std::sync::atomic::Ordering::Relaxed);
                 responder.respond(AcpAgent::initialize())
             },
             agent_client_protocol::on_receive_request!(),
@@ -226,6 +234,9 @@ struct AcpAgent {
     options: AcpOptions,
     sessions: Mutex<HashMap<SessionId, Arc<Live>>>,
     turns: Mutex<Vec<JoinHandle<()>>>,
+    /// Whether the client offered form elicitation in `initialize`: then a server's
+    /// questions are asked with `elicitation/create`, else declined.
+    client_elicits: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A session this connection created or loaded: its kernel and whether a turn runs.
@@ -327,6 +338,7 @@ impl AcpAgent {
             session.clone(),
             self.options.permission_timeout,
             history,
+            self.client_elicits.clone(),
         ));
         let mut prepared =
             root::prepare(&self.home, workspace, settings, facts, &self.store, Some(person))

@@ -7,6 +7,10 @@
 //!   settlement's `by`, so it holds after `session/load` too).
 //! - The wait is bounded: no answer in time is a deny, and the reason is recorded.
 //! - A cancelled request (the turn was cancelled) is a deny.
+//! - A server's question (MCP elicitation) is asked with ACP's `elicitation/create`
+//!   (form mode, scoped to the session and the tool call) when the client offered form
+//!   elicitation in `initialize`; otherwise it is declined with that reason. The wait is
+//!   bounded by the same timeout (then it is a cancel).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -19,8 +23,8 @@ use agent_client_protocol::v1::schema::{
     ToolCallUpdate, ToolCallUpdateFields,
 };
 use async_trait::async_trait;
-use keel_contracts::{EventKind, PermissionAnswer, RuntimeEvent, SessionId};
-use keel_kernel::{PermissionHook, PermissionRequest};
+use keel_contracts::{ElicitationAnswer, EventKind, PermissionAnswer, RuntimeEvent, SessionId};
+use keel_kernel::{ElicitationQuestion, PermissionHook, PermissionRequest};
 
 /// `by` of a settlement the client answered with `reject_always`.
 pub const BY_REJECT_ALWAYS: &str = "client: reject_always";
@@ -39,6 +43,8 @@ pub struct ClientPerson {
     session: Arc<OnceLock<SessionId>>,
     timeout: Duration,
     rejected: Mutex<HashSet<String>>,
+    /// Whether the client offered form elicitation.
+    elicits: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for ClientPerson {
@@ -56,9 +62,10 @@ impl ClientPerson {
         session: Arc<OnceLock<SessionId>>,
         timeout: Duration,
         history: &[RuntimeEvent],
+        elicits: Arc<std::sync::atomic::AtomicBool>,
     ) -> Self {
         let rejected = rejected_for_the_session(history);
-        ClientPerson { cx, session, timeout, rejected: Mutex::new(rejected) }
+        ClientPerson { cx, session, timeout, rejected: Mutex::new(rejected), elicits }
     }
 
     fn rejected(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
@@ -83,8 +90,73 @@ pub fn rejected_for_the_session(history: &[RuntimeEvent]) -> HashSet<String> {
         .collect()
 }
 
+/// Who answered a question through the ACP client.
+const BY_CLIENT: &str = "client";
+
 #[async_trait]
 impl PermissionHook for ClientPerson {
+    async fn elicit(&self, question: &ElicitationQuestion<'_>) -> ElicitationAnswer {
+        use agent_client_protocol::v1::schema::{CreateElicitationRequest, ElicitationAction};
+        if !self.elicits.load(std::sync::atomic::Ordering::Relaxed) {
+            return ElicitationAnswer::decline(
+                "keel",
+                "the ACP client does not offer elicitation (clientCapabilities.elicitation.form)",
+            );
+        }
+        let session = self.session.get().copied().unwrap_or(question.session_id);
+        let request = serde_json::json!({
+            "mode": "form",
+            "sessionId": session.to_string(),
+            "toolCallId": question.call_id.as_str(),
+            "message": format!(
+                "MCP server '{}' asks (its words, not keel's): {}",
+                crate::terminal::one_line(&question.request.server, 60),
+                question.request.message
+            ),
+            "requestedSchema": question.request.schema,
+        });
+        let request: CreateElicitationRequest = match serde_json::from_value(request) {
+            Ok(request) => request,
+            Err(error) => {
+                let text = crate::terminal::one_line(&error.to_string(), 200);
+                return ElicitationAnswer::decline(
+                    "keel",
+                    format!("the form cannot be put in an ACP request: {text}"),
+                );
+            }
+        };
+        let sent = self.cx.send_request(request);
+        let response = match tokio::time::timeout(self.timeout, sent.block_task()).await {
+            Err(_) => {
+                return ElicitationAnswer::cancel(
+                    BY_CLIENT,
+                    format!(
+                        "client: no answer within {}s (permission timeout)",
+                        self.timeout.as_secs()
+                    ),
+                );
+            }
+            Ok(Err(error)) => {
+                let text = crate::terminal::one_line(&error.to_string(), 200);
+                return ElicitationAnswer::cancel(
+                    BY_CLIENT,
+                    format!("client: the request failed: {text}"),
+                );
+            }
+            Ok(Ok(response)) => response,
+        };
+        match response.action {
+            ElicitationAction::Accept(accepted) => {
+                let content = serde_json::to_value(accepted.content.unwrap_or_default())
+                    .unwrap_or_else(|_| serde_json::json!({}));
+                ElicitationAnswer::accept(content, BY_CLIENT)
+            }
+            ElicitationAction::Decline => ElicitationAnswer::decline(BY_CLIENT, "client: declined"),
+            ElicitationAction::Cancel => ElicitationAnswer::cancel(BY_CLIENT, "client: cancelled"),
+            _ => ElicitationAnswer::decline(BY_CLIENT, "client: an answer keel does not know"),
+        }
+    }
+
     async fn decide(&self, request: &PermissionRequest<'_>) -> (PermissionAnswer, String) {
         if self.rejected().contains(request.tool) {
             return (

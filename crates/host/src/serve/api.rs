@@ -54,6 +54,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/events", get(get_events))
         .route("/v1/sessions/{id}/permissions", get(list_permissions))
         .route("/v1/sessions/{id}/permissions/{call_id}", post(answer_permission))
+        .route("/v1/sessions/{id}/questions", get(list_questions))
+        .route("/v1/sessions/{id}/questions/{question}", post(answer_question))
         .merge(super::schedules::routes())
         // The bearer token, or a logged-in browser's cookie (with CSRF checks).
         .route_layer(middleware::from_fn_with_state(state.clone(), super::web::require_auth));
@@ -682,6 +684,107 @@ async fn answer_permission(
                 return Ok((StatusCode::ACCEPTED, axum::Json(json!({
                     "answer": answer, "state": "accepted",
                     "note": "not recorded yet: the run that asked has not taken it"
+                }))).into_response());
+            }
+        }
+    }
+}
+
+async fn list_questions(
+    State(state): State<AppState>,
+    Params(id): Params<String>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(&id)?;
+    visible_row(&state.host, session_id).await?;
+    let events = state.host.events(session_id).await?;
+    Ok(axum::Json(json!(ledger::questions(&events))).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuestionBody {
+    action: keel_contracts::ElicitationAction,
+    #[serde(default)]
+    content: Option<serde_json::Value>,
+}
+
+/// Answers a server's question: the content is checked against the requested form (422
+/// when it does not match), handed to the run that waits for it (409 `not_waiting` when
+/// none does on this host: the MCP request that asked ended with the process that made
+/// it), and the reply comes once the kernel recorded `elicitation_answered`.
+async fn answer_question(
+    State(state): State<AppState>,
+    Params((id, question)): Params<(String, String)>,
+    Body(body): Body<QuestionBody>,
+) -> Result<Response, ApiError> {
+    use keel_contracts::{ElicitationAction, ElicitationAnswer, FormSchema};
+    let host = &state.host;
+    let session_id = session_id(&id)?;
+    visible_row(host, session_id).await?;
+    if question.is_empty() || question.len() > 300 || question.chars().any(char::is_control) {
+        return Err(ApiError::bad_request("invalid question id"));
+    }
+    let events = host.events(session_id).await?;
+    if let Some((action, by, seq)) = ledger::answered(&events, &question) {
+        return Err(ApiError::conflict(
+            "already_answered",
+            format!(
+                "question {question} was answered first: {} by {by} (#{})",
+                action.as_str(),
+                seq.0
+            ),
+        ));
+    }
+    let Some(pending) = ledger::questions(&events).into_iter().find(|q| q.question == question)
+    else {
+        return Err(ApiError::not_found(format!(
+            "session {session_id} has no question {question}"
+        )));
+    };
+    let answer = match body.action {
+        ElicitationAction::Accept => {
+            let content = body.content.unwrap_or_else(|| json!({}));
+            let form = FormSchema::parse(&pending.schema).map_err(|why| {
+                ApiError::conflict("refused_form", format!("keel refuses this form: {why}"))
+            })?;
+            if let Err(why) = form.validate(&content) {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_answer",
+                    format!("the answer does not match the form: {why}"),
+                ));
+            }
+            ElicitationAnswer::accept(content, BY_REMOTE)
+        }
+        ElicitationAction::Decline => ElicitationAnswer::decline(BY_REMOTE, "declined over HTTP"),
+        ElicitationAction::Cancel => ElicitationAnswer::cancel(BY_REMOTE, "cancelled over HTTP"),
+    };
+    if !host.approvals.answer_question(session_id, &question, answer) {
+        return Err(ApiError::conflict(
+            "not_waiting",
+            format!(
+                "no run on this host waits for question {question}: the MCP request that asked \
+                 it ends with the process that made it"
+            ),
+        ));
+    }
+    let mut woken = host.feed.subscribe(session_id);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let events = host.store.read(session_id, Seq(0)).await.map_err(ApiError::internal)?;
+        if let Some((action, by, seq)) = ledger::answered(&events, &question) {
+            return Ok(axum::Json(json!({
+                "question": question, "action": action, "by": by, "answered_seq": seq,
+            }))
+            .into_response());
+        }
+        tokio::select! {
+            _ = woken.changed() => {}
+            () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+            () = tokio::time::sleep_until(deadline) => {
+                return Ok((StatusCode::ACCEPTED, axum::Json(json!({
+                    "question": question, "state": "accepted",
+                    "note": "not recorded yet"
                 }))).into_response());
             }
         }

@@ -12,8 +12,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use keel_contracts::{Clock, PermissionAnswer, Seq, SessionId, Store, SystemClock};
-use keel_kernel::{PermissionHook, PermissionRequest};
+use keel_contracts::{
+    Clock, ElicitationAnswer, PermissionAnswer, Seq, SessionId, Store, SystemClock,
+};
+use keel_kernel::{ElicitationQuestion, PermissionHook, PermissionRequest};
 use tokio::sync::oneshot;
 
 /// Who answered, as `permission_settled` records it.
@@ -32,6 +34,9 @@ enum Slot {
 #[derive(Debug, Default)]
 pub(crate) struct Approvals {
     slots: Mutex<HashMap<Key, Slot>>,
+    /// Runs waiting for the answer to a server's question, by session and question id.
+    /// No answer is kept for later: the MCP request that asked ends with the process.
+    questions: Mutex<HashMap<Key, oneshot::Sender<ElicitationAnswer>>>,
 }
 
 impl Approvals {
@@ -88,6 +93,36 @@ impl Approvals {
         Err(receiver)
     }
 
+    /// Hands `answer` to the run waiting for the question; `false` when none waits here.
+    pub(crate) fn answer_question(
+        &self,
+        session_id: SessionId,
+        question: &str,
+        answer: ElicitationAnswer,
+    ) -> bool {
+        let mut questions = self.questions.lock().unwrap_or_else(PoisonError::into_inner);
+        match questions.remove(&(session_id, question.to_owned())) {
+            Some(waiter) => waiter.send(answer).is_ok(),
+            None => false,
+        }
+    }
+
+    fn wait_question(
+        &self,
+        session_id: SessionId,
+        question: &str,
+    ) -> oneshot::Receiver<ElicitationAnswer> {
+        let (sender, receiver) = oneshot::channel();
+        let mut questions = self.questions.lock().unwrap_or_else(PoisonError::into_inner);
+        questions.insert((session_id, question.to_owned()), sender);
+        receiver
+    }
+
+    fn abandon_question(&self, session_id: SessionId, question: &str) {
+        let mut questions = self.questions.lock().unwrap_or_else(PoisonError::into_inner);
+        questions.remove(&(session_id, question.to_owned()));
+    }
+
     fn abandon(&self, session_id: SessionId, call_id: &str) {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let key = (session_id, call_id.to_owned());
@@ -119,8 +154,46 @@ impl Drop for Abandon<'_> {
     }
 }
 
+/// Removes a waiting question when the run stops waiting.
+struct AbandonQuestion<'a> {
+    approvals: &'a Approvals,
+    session_id: SessionId,
+    question: &'a str,
+}
+
+impl Drop for AbandonQuestion<'_> {
+    fn drop(&mut self) {
+        self.approvals.abandon_question(self.session_id, self.question);
+    }
+}
+
 #[async_trait]
 impl PermissionHook for RemotePerson {
+    /// A server's question waits for an answer posted over HTTP (`POST
+    /// …/questions/{question}`, checked against the form there), at most the approval
+    /// timeout; then it is cancelled with that reason.
+    async fn elicit(&self, question: &ElicitationQuestion<'_>) -> ElicitationAnswer {
+        let receiver = self.approvals.wait_question(question.session_id, question.question);
+        let _abandon = AbandonQuestion {
+            approvals: &self.approvals,
+            session_id: question.session_id,
+            question: question.question,
+        };
+        match tokio::time::timeout(self.timeout, receiver).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => {
+                ElicitationAnswer::cancel("keel", "the host stopped waiting for an answer")
+            }
+            Err(_) => ElicitationAnswer::cancel(
+                "keel",
+                format!(
+                    "approval_timeout: no answer within {}",
+                    crate::serve::human_duration(self.timeout)
+                ),
+            ),
+        }
+    }
+
     async fn decide(&self, request: &PermissionRequest<'_>) -> (PermissionAnswer, String) {
         let call_id = request.call_id.0.as_str();
         let receiver = match self.approvals.wait(request.session_id, call_id) {

@@ -29,6 +29,8 @@ pub(crate) enum Frame {
     Ledger { seq: Seq, kind: &'static str, json: String },
     /// A pending permission request, re-sent (no id).
     Pending(String),
+    /// A server's question without an answer, re-sent (no id).
+    Question(String),
     /// A keep-alive comment.
     Ping,
     /// The host gave up on the store.
@@ -45,6 +47,7 @@ impl Frame {
                 Event::default().id(seq.0.to_string()).event(kind).data(json)
             }
             Frame::Pending(json) => Event::default().event("permission_pending").data(json),
+            Frame::Question(json) => Event::default().event("question_pending").data(json),
             Frame::Ping => Event::default().comment(" ping"),
             Frame::Error(why) => Event::default().event("error").data(reason(why)),
             Frame::Dropped(why) => Event::default().event("dropped").data(reason(why)),
@@ -126,6 +129,9 @@ async fn produce(
         }
         for pending in ledger::pending(&events).iter().filter(|p| p.requested_seq <= after) {
             send(Frame::Pending(serde_json::to_string(pending).unwrap_or_default())).await?;
+        }
+        for question in ledger::questions(&events).iter().filter(|q| q.requested_seq <= after) {
+            send(Frame::Question(serde_json::to_string(question).unwrap_or_default())).await?;
         }
         loop {
             tokio::select! {

@@ -18,6 +18,64 @@ pub(crate) struct Pending {
     pub(crate) requested_seq: Seq,
 }
 
+/// A server's question that has no answer yet (`GET …/questions`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Question {
+    pub(crate) question: String,
+    pub(crate) call_id: ToolCallId,
+    pub(crate) tool: String,
+    pub(crate) server: String,
+    /// The server's words: untrusted text.
+    pub(crate) message: String,
+    pub(crate) schema: serde_json::Value,
+    pub(crate) requested_seq: Seq,
+}
+
+/// Questions with no `elicitation_answered` yet, in order.
+pub(crate) fn questions(events: &[RuntimeEvent]) -> Vec<Question> {
+    let mut open: Vec<Question> = Vec::new();
+    for event in events {
+        match &event.kind {
+            EventKind::ElicitationRequested {
+                call_id,
+                tool,
+                question,
+                server,
+                message,
+                schema,
+            } => {
+                open.push(Question {
+                    question: question.clone(),
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    server: server.clone(),
+                    message: message.clone(),
+                    schema: schema.clone(),
+                    requested_seq: event.seq,
+                });
+            }
+            EventKind::ElicitationAnswered { question, .. } => {
+                open.retain(|open| &open.question != question);
+            }
+            _ => {}
+        }
+    }
+    open
+}
+
+/// The recorded answer to a question: its action, who answered, its seq.
+pub(crate) fn answered(
+    events: &[RuntimeEvent],
+    question: &str,
+) -> Option<(keel_contracts::ElicitationAction, String, Seq)> {
+    events.iter().rev().find_map(|event| match &event.kind {
+        EventKind::ElicitationAnswered { question: id, action, by, .. } if id == question => {
+            Some((*action, by.clone(), event.seq))
+        }
+        _ => None,
+    })
+}
+
 /// A recorded answer to a call's permission request.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Settled {

@@ -723,6 +723,49 @@ fn entry_html(out: &mut String, event: &RuntimeEvent) {
                 text(str_of(&value, "by"))
             );
         }
+        "elicitation_requested" => {
+            let _ = write!(
+                body,
+                "MCP server <code>{}</code> asks (its words): <span class=\"reason\">{}</span> \
+                 — answer with <code>POST …/questions/{}</code>",
+                text(str_of(&value, "server")),
+                text(&clip(str_of(&value, "message"), MAX_TEXT)),
+                text(str_of(&value, "question"))
+            );
+        }
+        // The answer's values stay in the ledger: the page names the fields only.
+        "elicitation_answered" => {
+            let fields = value
+                .get("content")
+                .and_then(Value::as_object)
+                .map(|content| content.keys().cloned().collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            let _ = write!(
+                body,
+                "<b class=\"answer\">{}</b> by {} <span class=\"reason\">{}{}</span>",
+                text(str_of(&value, "action")),
+                text(str_of(&value, "by")),
+                text(&clip(str_of(&value, "reason"), MAX_TEXT)),
+                text(&if fields.is_empty() { String::new() } else { format!(" fields: {fields}") })
+            );
+        }
+        "tools_changed" => {
+            let names = |key: &str| {
+                value
+                    .get(key)
+                    .and_then(Value::as_array)
+                    .map(|names| {
+                        names.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")
+                    })
+                    .unwrap_or_default()
+            };
+            let _ = write!(
+                body,
+                "tools added: {} · removed: {}",
+                text(&clip(&names("added"), MAX_TEXT)),
+                text(&clip(&names("removed"), MAX_TEXT))
+            );
+        }
         "tool_result" => {
             let outcome = str_of(&value, "outcome");
             let _ = write!(

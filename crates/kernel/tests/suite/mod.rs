@@ -5,6 +5,7 @@ mod codemode;
 mod context;
 mod data;
 mod dependencies;
+mod elicitation;
 mod faults;
 mod gates;
 mod group_commit;

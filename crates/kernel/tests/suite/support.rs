@@ -272,6 +272,15 @@ pub(crate) fn render(events: &[RuntimeEvent]) -> String {
                 format!("wait_started {call_id} {event:?} until {}", deadline.to_rfc3339())
             }
             EventKind::PlanApproved { by } => format!("plan_approved by {by}"),
+            EventKind::ElicitationRequested { call_id, question, server, .. } => {
+                format!("elicitation_requested {call_id} {question} from {server}")
+            }
+            EventKind::ElicitationAnswered { question, action, by, .. } => {
+                format!("elicitation_answered {question} {} by {by}", action.as_str())
+            }
+            EventKind::ToolsChanged { added, removed, .. } => {
+                format!("tools_changed +{added:?} -{removed:?}")
+            }
             EventKind::TurnStarted { input } => format!("turn_started {input:?}"),
             EventKind::InputJoined { input } => format!("input_joined {input:?}"),
             EventKind::RunStarted { mode, approval, budget, resumes, .. } => format!(

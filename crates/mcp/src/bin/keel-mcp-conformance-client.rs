@@ -128,6 +128,7 @@ async fn run(spec: &ServerSpec, options: &StartOptions) -> (bool, bool) {
         boundary: Default::default(),
         denied_paths: Default::default(),
         write_denied_paths: Default::default(),
+        elicitor: None,
     };
     for tool in servers.tools() {
         let arguments = arguments_for(&tool.spec().parameters);

@@ -448,3 +448,27 @@ async fn redteam_mcp_a_redirect_never_carries_the_users_headers_elsewhere() {
     );
     assert!(elsewhere.heads().is_empty(), "{:?}", elsewhere.heads());
 }
+
+#[tokio::test]
+async fn a_task_only_tool_is_left_out_over_http_as_over_stdio() {
+    let server = HttpEverything::start();
+    let scratch = Scratch::new();
+    let servers = scratch.start(&[("remote", &format!("url = \"{}\"", server.url()))]).await;
+    let status = &servers.statuses()[0];
+    assert_eq!(status.state, ServerState::Connected, "{status:?}");
+    // server-everything's simulate-research-query says execution.taskSupport = required.
+    assert!(
+        !names(&servers).iter().any(|name| name == "mcp__remote__simulate-research-query"),
+        "{:?}",
+        names(&servers)
+    );
+    assert!(
+        status.notes.iter().any(|note| note.contains("simulate-research-query")
+            && note.contains("can only run as a task")),
+        "{:?}",
+        status.notes
+    );
+    // The neighbours over the same stream are listed and work.
+    let output = call(&servers, "mcp__remote__echo", serde_json::json!({"message": "hi"})).await;
+    assert_eq!(output.outcome, Outcome::Ok, "{}", output.content);
+}

@@ -114,6 +114,7 @@ pub(crate) fn context(workspace: &Path) -> ToolContext {
         boundary: Default::default(),
         denied_paths: Default::default(),
         write_denied_paths: Default::default(),
+        elicitor: None,
     }
 }
 

@@ -54,6 +54,7 @@ pub(crate) fn context(root: &Path, sandbox: SandboxMode) -> ToolContext {
         boundary: Default::default(),
         denied_paths: Default::default(),
         write_denied_paths: Default::default(),
+        elicitor: None,
     }
 }
 

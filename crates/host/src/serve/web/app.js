@@ -11,6 +11,7 @@
     "permission_settled", "tool_attempt_prepared", "tool_result", "shadow_intent",
     "run_completed", "run_failed", "run_suspended", "run_cancelled", "run_denied",
     "boundary_revised", "permission_pending", "schedule_fired",
+    "elicitation_requested", "elicitation_answered", "tools_changed",
   ];
 
   function live(text) {

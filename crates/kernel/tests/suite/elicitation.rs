@@ -1,0 +1,166 @@
+//! A tool's questions to the user during a call (MCP elicitation), through the kernel:
+//! recorded before and after, asked through the permission hook, checked against the form,
+//! never shown to the model, cancelled when the process that asked dies.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use keel_contracts::{
+    Access, ElicitationAction, ElicitationAnswer, ElicitationRequest, EventKind, Tool, ToolContext,
+    ToolOutput, ToolSpec,
+};
+use keel_kernel::{Cancellation, ElicitationQuestion, PermissionHook, PermissionRequest};
+
+use super::support::{Harness, spec};
+
+/// A read tool that asks its `schema` and answers with what came back.
+#[derive(Debug)]
+struct Asker(ToolSpec);
+
+#[async_trait]
+impl Tool for Asker {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+
+    async fn invoke(&self, context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput {
+        let Some(elicitor) = &context.elicitor else {
+            return ToolOutput::error("no elicitor");
+        };
+        let answer = elicitor
+            .elicit(ElicitationRequest {
+                server: "srv".to_owned(),
+                message: "Who are you?".to_owned(),
+                schema: arguments["schema"].clone(),
+            })
+            .await;
+        ToolOutput::ok(format!(
+            "action={} content={}",
+            answer.action.as_str(),
+            answer.content.map(|c| c.to_string()).unwrap_or_default()
+        ))
+    }
+}
+
+/// Answers every question with `content` (whatever the form), or never.
+#[derive(Debug)]
+struct Answers(Option<serde_json::Value>);
+
+#[async_trait]
+impl PermissionHook for Answers {
+    async fn decide(
+        &self,
+        _request: &PermissionRequest<'_>,
+    ) -> (keel_contracts::PermissionAnswer, String) {
+        (keel_contracts::PermissionAnswer::AllowOnce, "test".to_owned())
+    }
+
+    async fn elicit(&self, _question: &ElicitationQuestion<'_>) -> ElicitationAnswer {
+        match &self.0 {
+            Some(content) => ElicitationAnswer::accept(content.clone(), "user"),
+            None => std::future::pending().await,
+        }
+    }
+}
+
+fn form() -> serde_json::Value {
+    serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}},
+        "required": ["name"]})
+}
+
+fn harness() -> Harness {
+    let mut harness = Harness::new();
+    let mut asker = spec("ask", Access::Read, false);
+    asker.parameters = serde_json::json!({"type": "object"});
+    harness.extra_tools.push(Arc::new(Asker(asker)));
+    harness
+}
+
+fn script(expect: &str) -> String {
+    serde_json::json!({"steps": [
+        {"tool_calls": [{"name": "ask", "arguments": {"schema": form()}}]},
+        {"text": "done", "expect": {"contains": [expect]}}
+    ]})
+    .to_string()
+}
+
+fn model(script: &str) -> Arc<keel_testkit::ScriptedModel> {
+    Arc::new(keel_testkit::ScriptedModel::new(serde_json::from_str(script).unwrap(), "s"))
+}
+
+fn answered(events: &[keel_contracts::RuntimeEvent]) -> Vec<(ElicitationAction, String)> {
+    events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::ElicitationAnswered { action, by, .. } => Some((*action, by.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_question_is_recorded_asked_and_its_answer_checked_and_kept_from_the_model() {
+    let harness = harness();
+    let kernel = harness.kernel_with_permissions(
+        model(&script(r#"action=accept content={\"name\":\"Ann\"}"#)),
+        Arc::new(Answers(Some(serde_json::json!({"name": "Ann"})))),
+    );
+    let session = harness.session(&kernel).await;
+    kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
+    let events = harness.events(session).await;
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.name()).collect();
+    let asked = kinds.iter().position(|k| *k == "elicitation_requested").unwrap();
+    let answer = kinds.iter().position(|k| *k == "elicitation_answered").unwrap();
+    let result = kinds.iter().position(|k| *k == "tool_result").unwrap();
+    assert!(asked < answer && answer < result, "{kinds:?}");
+    assert_eq!(answered(&events), vec![(ElicitationAction::Accept, "user".to_owned())]);
+}
+
+#[tokio::test]
+async fn redteam_mcp_elicit_an_answer_that_fails_the_form_is_refused_and_not_sent() {
+    let harness = harness();
+    // The person's client sends a number where the form asks for text, and a field the
+    // form does not have: nothing of it reaches the tool.
+    let kernel = harness.kernel_with_permissions(
+        model(&script("action=decline content=")),
+        Arc::new(Answers(Some(serde_json::json!({"name": 7, "card": "4111"})))),
+    );
+    let session = harness.session(&kernel).await;
+    kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
+    let events = harness.events(session).await;
+    let declined = events.iter().find_map(|event| match &event.kind {
+        EventKind::ElicitationAnswered { action, by, reason, content, .. } => {
+            Some((*action, by.clone(), reason.clone(), content.clone()))
+        }
+        _ => None,
+    });
+    let (action, by, reason, content) = declined.unwrap();
+    assert_eq!((action, by.as_str(), content), (ElicitationAction::Decline, "keel", None));
+    assert!(reason.unwrap().contains("does not match the form"));
+    // The legitimate neighbour: a fitting answer goes through (the test above).
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_question_open_when_the_process_died_is_recorded_as_cancelled_on_resume() {
+    let harness = harness();
+    let waiting =
+        harness.kernel_with_permissions(model(&script("action=cancel")), Arc::new(Answers(None)));
+    let session = harness.session(&waiting).await;
+    let (config, never) = (harness.run_config(), Cancellation::new());
+    let driving = waiting.run_turn(session, "go", &config, &never);
+    assert!(tokio::time::timeout(Duration::from_secs(5), driving).await.is_err());
+    let before = harness.events(session).await;
+    assert!(matches!(before.last().unwrap().kind, EventKind::ElicitationRequested { .. }));
+    harness.clock.advance(keel_kernel::LEASE_TTL * 2);
+    // The next process closes the dead run: the question ends as cancel, recorded.
+    let kernel = harness.kernel(&script("indeterminate"));
+    kernel.resume(session, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    let after = harness.events(session).await;
+    assert_eq!(answered(&after)[0], (ElicitationAction::Cancel, "keel".to_owned()));
+    let reason = after.iter().find_map(|event| match &event.kind {
+        EventKind::ElicitationAnswered { reason, .. } => reason.clone(),
+        _ => None,
+    });
+    assert_eq!(reason.as_deref(), Some(keel_kernel::recovery::QUESTION_ENDED_TEXT));
+}
