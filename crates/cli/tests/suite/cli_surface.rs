@@ -752,3 +752,32 @@ fn stop_on_a_run_whose_process_was_killed_says_it_was_interrupted_and_exits_1() 
     // It asked nothing of the ledger: no cancel request a later run would trip over.
     assert_eq!(stdout(&env.run(&["log", &session, "--json"])), before);
 }
+
+#[test]
+fn the_test_environment_has_a_private_home() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let home = env.home.path().to_str().unwrap();
+    let model = scripted(
+        &env,
+        &serde_json::json!({"steps": [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo \"home=$HOME\""}}]},
+            {"text": "done", "expect": {"contains": format!("home={home}")}}
+        ]})
+        .to_string(),
+    );
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &model,
+        "--approval",
+        "auto",
+        "--sandbox",
+        "bypass",
+        "t",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "done\n");
+}

@@ -23,17 +23,28 @@ fn scripted_agent_fixes_the_roman_example() {
     assert!(!unittest_passes(&project), "the example must fail before the run");
 
     let script = repo_root().join("examples/roman.fix.json");
-    let output = env.run(&[
-        "run",
-        "-C",
-        project.to_str().unwrap(),
-        "-m",
-        &format!("scripted:{}", script.display()),
-        "--approval",
-        "auto",
-        "--json",
-        "Fix the failing tests",
-    ]);
+    // The machine's HOME, not the test's private one: the managed sandbox lets a command
+    // reach a toolchain on PATH inside HOME through its top folder (`~/.pyenv/shims` grants
+    // `~/.pyenv`), and `python3` may be such a shim, as a user running the README has it.
+    let mut keel = env.keel();
+    match std::env::var_os("HOME") {
+        Some(home) => keel.env("HOME", home),
+        None => keel.env_remove("HOME"),
+    };
+    let output = keel
+        .args([
+            "run",
+            "-C",
+            project.to_str().unwrap(),
+            "-m",
+            &format!("scripted:{}", script.display()),
+            "--approval",
+            "auto",
+            "--json",
+            "Fix the failing tests",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(
         output.status.code(),
         Some(0),

@@ -5,7 +5,8 @@ use std::process::{Command, Output, Stdio};
 
 use tempfile::TempDir;
 
-/// A private KEEL_HOME and a scratch folder, removed on drop.
+/// A private KEEL_HOME (which is also the process's HOME) and a scratch folder, removed on
+/// drop.
 pub(crate) struct Env {
     pub(crate) home: TempDir,
     pub(crate) scratch: TempDir,
@@ -20,6 +21,9 @@ impl Env {
         let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
         command
             .env("KEEL_HOME", self.home.path())
+            // HOME is private too: nothing from the machine's ~/.agents/skills,
+            // ~/.config/keel or other dotfiles reaches a test.
+            .env("HOME", self.home.path())
             // The user's config folder is private too (nothing from ~/.config/keel).
             .env("XDG_CONFIG_HOME", self.home.path().join("xdg-config"))
             .env_remove("OPENAI_API_KEY")
