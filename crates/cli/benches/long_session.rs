@@ -10,6 +10,10 @@
 //!    time on a shared machine).
 //! 2. Peak RSS (`VmHWM` of `/proc/self/status`) after N steps, unknown window.
 //!
+//! The model is generated per request ([`Generated`]), not a parsed script of N replies:
+//! a script holds ~1 KiB a step, which the peak of a 20 000-step session measured as
+//! keel's growth (docs/decisions.md, "Peak memory of a long session").
+//!
 //! Every measurement runs in its own child process (this binary re-executes itself), once
 //! per allocator: glibc's `malloc` and mimalloc, chosen at the child's first allocation by
 //! `KEEL_BENCH_ALLOCATOR`, and interleaved so both see the same load.
@@ -131,7 +135,7 @@ fn process_cpu_time() -> Duration {
 /// the process's CPU time.
 #[derive(Debug)]
 struct Timed {
-    inner: ScriptedModel,
+    inner: Generated,
     at: Arc<Mutex<Vec<(Instant, Duration)>>>,
     summaries: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -155,16 +159,67 @@ impl ModelClient for Timed {
     }
 }
 
-fn script(steps: usize) -> ScriptedModel {
-    let mut json = String::from(r#"{"steps":["#);
-    for step in 0..steps {
-        json.push_str(&format!(
-            r#"{{"text":"step {step}","tool_calls":[{{"name":"noop","arguments":{{"path":"src/f{}.rs"}}}}]}},"#,
-            step % 50
-        ));
+/// The bench's model: answers step `n` (the request's `responses_in_session`) with the
+/// reply a script of `steps` steps would give (`step n` and one call of `noop` on
+/// `src/f{n % 50}.rs`, id `call_{n + 1}_1`), then `done`; summaries as `ScriptedModel`.
+/// Generated per request, so the bench holds no script of `steps` replies: a parsed
+/// `ScriptedModel` script costs ~1 KiB a step (20 MiB at 20 000 steps), which is the
+/// bench's memory, not keel's (docs/decisions.md, "Peak memory of a long session").
+#[derive(Debug)]
+struct Generated {
+    steps: usize,
+    summaries: ScriptedModel,
+}
+
+impl Generated {
+    fn new(steps: usize) -> Generated {
+        let script = serde_json::from_str(r#"{"steps":[]}"#).unwrap();
+        Generated { steps, summaries: ScriptedModel::new(script, "bench") }
     }
-    json.push_str(r#"{"text":"done"}]}"#);
-    ScriptedModel::new(serde_json::from_str(&json).unwrap(), "bench")
+}
+
+#[async_trait]
+impl ModelClient for Generated {
+    fn info(&self) -> ModelInfo {
+        self.summaries.info()
+    }
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        on_delta: &(dyn Fn(StreamDelta) + Send + Sync),
+    ) -> Result<ModelResponse, ModelError> {
+        if request.purpose != RequestPurpose::Conversation {
+            return self.summaries.complete(request, on_delta).await;
+        }
+        let position = usize::try_from(request.responses_in_session).unwrap();
+        let (text, tool_calls) = if position < self.steps {
+            on_delta(StreamDelta::Text(format!("step {position}")));
+            on_delta(StreamDelta::ToolCallStarted { name: "noop".into() });
+            let call = keel_contracts::ToolCall {
+                call_id: keel_contracts::ToolCallId(format!("call_{}_1", position + 1)),
+                name: "noop".into(),
+                arguments: serde_json::json!({"path": format!("src/f{}.rs", position % 50)}),
+                arguments_error: None,
+            };
+            (format!("step {position}"), vec![call])
+        } else {
+            on_delta(StreamDelta::Text("done".into()));
+            ("done".to_owned(), Vec::new())
+        };
+        let finish_reason = if tool_calls.is_empty() {
+            keel_contracts::FinishReason::Stop
+        } else {
+            keel_contracts::FinishReason::ToolCalls
+        };
+        Ok(ModelResponse {
+            text,
+            reasoning: Vec::new(),
+            tool_calls,
+            usage: keel_contracts::Usage::default(),
+            raw_usage: None,
+            finish_reason,
+        })
+    }
 }
 
 /// Runs one turn of `steps` tool steps on a fresh SQLite ledger; returns the instants of
@@ -189,7 +244,7 @@ fn run(steps: usize, window: Option<u64>) -> (Vec<(Instant, Duration)>, u64) {
     let kernel = Kernel::new(KernelDeps {
         store,
         model: Arc::new(Timed {
-            inner: script(steps),
+            inner: Generated::new(steps),
             at: at.clone(),
             summaries: summaries.clone(),
         }),

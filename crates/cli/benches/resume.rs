@@ -9,6 +9,10 @@
 //! the resumed run (or the new turn) to its end. The resumed run and the new turn are one
 //! model step each, so what grows with the session is only what loading it costs.
 //!
+//! Each is timed as wall time and as the process's CPU time over the same interval
+//! (`CLOCK_PROCESS_CPUTIME_ID`, every thread: the work done, without the fsync waits and
+//! the other processes' load that swing the wall time on a shared machine).
+//!
 //! Run: `cargo bench -p keel-cli --bench resume`
 //! Sizes: `KEEL_BENCH_RESUME_STEPS` (default `2,20000`: steps of the suspended turn; a
 //! step is ~5 events). A plain `harness = false` binary.
@@ -142,6 +146,16 @@ async fn copy(dir: &std::path::Path, events: &[RuntimeEvent]) -> std::path::Path
     path
 }
 
+/// The CPU time this process (all its threads) has used so far.
+#[allow(unsafe_code)]
+fn process_cpu_time() -> Duration {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid, writable timespec; the clock id is a constant Linux knows.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &raw mut now) };
+    assert_eq!(status, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID) failed");
+    Duration::new(u64::try_from(now.tv_sec).unwrap(), u32::try_from(now.tv_nsec).unwrap())
+}
+
 #[derive(Clone, Copy)]
 enum What {
     Resume,
@@ -154,10 +168,11 @@ async fn once(
     events: &[RuntimeEvent],
     model: &Arc<dyn keel_contracts::ModelClient>,
     what: What,
-) -> Duration {
+) -> (Duration, Duration) {
     let path = copy(dir, events).await;
     // The script is parsed before the clock starts: its size is the bench's, not keel's.
     let started = Instant::now();
+    let cpu_started = process_cpu_time();
     let store: Arc<dyn Store> = Arc::new(keel_store::SqliteStore::open(&path).unwrap());
     let kernel = kernel(store, model.clone());
     let report = match what {
@@ -167,10 +182,11 @@ async fn once(
         }
     };
     let elapsed = started.elapsed();
+    let cpu = process_cpu_time().saturating_sub(cpu_started);
     let outcome = report.unwrap().outcome;
     assert!(matches!(outcome, TurnOutcome::Completed { .. }), "{outcome:?}");
     let _ = std::fs::remove_file(&path);
-    elapsed
+    (elapsed, cpu)
 }
 
 fn median(mut values: Vec<Duration>) -> Duration {
@@ -196,25 +212,39 @@ fn main() {
             .iter()
             .filter(|event| matches!(event.kind, keel_contracts::EventKind::Compaction { .. }))
             .count();
+        let largest = events
+            .iter()
+            .map(|event| (serde_json::to_string(event).unwrap().len(), event.kind.name()))
+            .max()
+            .unwrap_or_default();
         println!(
-            "resume/session steps={steps}: {} events, {compactions} compactions (built in {:.1?})",
+            "resume/session steps={steps}: {} events, {compactions} compactions, largest event \
+             {} ({} bytes of JSON) (built in {:.1?})",
             events.len(),
+            largest.1,
+            largest.0,
             built.elapsed()
         );
         let model: Arc<dyn keel_contracts::ModelClient> = Arc::new(script(steps));
         let mut row = Vec::new();
         for (label, what) in [("resume", What::Resume), ("new_turn", What::NewTurn)] {
-            let times: Vec<Duration> = (0..runs)
+            let measured: Vec<(Duration, Duration)> = (0..runs)
                 .map(|_| runtime.block_on(once(dir.path(), session, &events, &model, what)))
                 .collect();
+            let times: Vec<Duration> = measured.iter().map(|(wall, _)| *wall).collect();
+            let cpu_times: Vec<Duration> = measured.iter().map(|(_, cpu)| *cpu).collect();
             let median = median(times.clone());
+            let cpu_median = self::median(cpu_times.clone());
             println!(
-                "resume/{label} events={}: median {median:.2?} of {runs} (min {:.2?}, max {:.2?})",
+                "resume/{label} events={}: median {median:.2?} of {runs} (min {:.2?}, max {:.2?}); \
+                 CPU median {cpu_median:.2?} (min {:.2?}, max {:.2?})",
                 events.len(),
                 times.iter().min().unwrap(),
-                times.iter().max().unwrap()
+                times.iter().max().unwrap(),
+                cpu_times.iter().min().unwrap(),
+                cpu_times.iter().max().unwrap()
             );
-            row.push(median);
+            row.push((median, cpu_median));
         }
         medians.push((events.len(), row));
     }
@@ -222,9 +252,13 @@ fn main() {
         && medians.len() > 1
     {
         for (index, label) in ["resume", "new_turn"].iter().enumerate() {
+            let ratio = |of: fn(&(Duration, Duration)) -> Duration| {
+                of(&last[index]).as_secs_f64() / of(&first[index]).as_secs_f64().max(1e-9)
+            };
             println!(
-                "resume/{label} ratio {large} events / {small} events: {:.2}x",
-                last[index].as_secs_f64() / first[index].as_secs_f64().max(1e-9)
+                "resume/{label} ratio {large} events / {small} events: wall {:.2}x, CPU {:.2}x",
+                ratio(|pair| pair.0),
+                ratio(|pair| pair.1)
             );
         }
     }

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use keel_contracts::{
     CarriedContext, ContextPolicy, EventKind, Message, RequestPurpose, RuntimeEvent, Seq,
-    TokenCounter, estimate_message_tokens, sha256_hex,
+    TokenCounter, estimate_message_tokens,
 };
 
 use crate::projection::{self, Entry};
@@ -180,25 +180,36 @@ pub fn covered(events: &[RuntimeEvent], from: Seq, to: Seq) -> Option<&[RuntimeE
 
 /// SHA-256 over the events' JSON, one per line.
 pub fn digest_of(events: &[RuntimeEvent]) -> String {
-    let mut text = String::new();
-    for event in events {
-        text.push_str(&serde_json::to_string(event).unwrap_or_default());
-        text.push('\n');
-    }
-    sha256_hex(text.as_bytes())
+    lines_digest(None, events)
 }
 
 /// The chained digest of [`keel_contracts::DigestChain`]: SHA-256 over `previous`, a
 /// newline, then the events' JSON, one per line.
 pub fn chained_digest(previous: &str, events: &[RuntimeEvent]) -> String {
-    let mut text = String::with_capacity(previous.len() + 1);
-    text.push_str(previous);
-    text.push('\n');
-    for event in events {
-        text.push_str(&serde_json::to_string(event).unwrap_or_default());
-        text.push('\n');
+    lines_digest(Some(previous), events)
+}
+
+/// SHA-256 over `first` and a newline (when given), then each event's JSON and a newline
+/// (an event that does not serialise counts as an empty line). Hashed as it is written,
+/// one event at a time: a compaction's segment is never held as one string (issue #13:
+/// that string was the largest allocation of a long session's peak).
+fn lines_digest(first: Option<&str>, events: &[RuntimeEvent]) -> String {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    if let Some(first) = first {
+        hasher.update(first.as_bytes());
+        hasher.update(b"\n");
     }
-    sha256_hex(text.as_bytes())
+    let mut line = Vec::new();
+    for event in events {
+        line.clear();
+        if serde_json::to_writer(&mut line, event).is_err() {
+            line.clear();
+        }
+        hasher.update(&line);
+        hasher.update(b"\n");
+    }
+    hex::encode(hasher.finalize())
 }
 
 /// How every carried note begins; [`place_carried_note`] finds the note by it.

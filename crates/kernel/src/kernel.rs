@@ -1086,20 +1086,8 @@ impl Kernel {
         };
 
         if let TurnOutcome::Suspended { reason, report } = &outcome {
-            // The run may have begun before the events held in memory.
-            let run_start = ledger
-                .events()
-                .iter()
-                .rev()
-                .find(|event| {
-                    event.run_id == Some(run_id)
-                        && matches!(event.kind, EventKind::RunStarted { .. })
-                })
-                .map_or(keel_contracts::Seq(1), |event| event.seq);
-            let evidence = crate::checkpoint::checkpoint_evidence(
-                &ledger.history_from(run_start).await?,
-                run_id,
-            );
+            // The run's latest results held in memory (issue #13).
+            let evidence = crate::checkpoint::run_evidence(&ledger, run_id);
             ledger
                 .append(
                     turn,

@@ -176,6 +176,12 @@ impl Ledger {
         &self.events
     }
 
+    /// The seq at or below which only the session's facts are held ([`FACT_KINDS`]);
+    /// every event after it is in [`Ledger::events`].
+    pub(crate) fn base(&self) -> Seq {
+        self.base
+    }
+
     /// The first event (`session_created` in a well-formed session).
     pub(crate) fn first(&self) -> Option<&RuntimeEvent> {
         self.events.first().filter(|event| event.seq == Seq(1))

@@ -399,3 +399,90 @@ async fn issue_13_a_resumed_long_turn_keeps_its_failure_counts_without_reading_t
         tail_reads.iter().find(|read| matches!(read, ReadCall::Read { after } if *after < base));
     assert_eq!(below, None, "{tail_reads:?}");
 }
+
+/// `steps` emit calls of `bytes` bytes each, then "done".
+fn emit_script(steps: usize, bytes: usize) -> String {
+    let mut json = String::from(r#"{"steps":["#);
+    for step in 0..steps {
+        json.push_str(&format!(
+            r#"{{"text":"step {step}","tool_calls":[{{"name":"emit","arguments":{{"bytes":{bytes}}}}}]}},"#
+        ));
+    }
+    json.push_str(r#"{"text":"done"}], "compaction": "Summary: emitted results."}"#);
+    json
+}
+
+/// The checkpoint of a run suspended by its step budget after `steps` steps of `bytes`
+/// each in `window`: the session's events, the checkpoint's evidence, and the store's
+/// reads.
+async fn suspended_checkpoint(
+    steps: usize,
+    bytes: usize,
+    window: Option<u64>,
+) -> (Vec<RuntimeEvent>, Vec<keel_contracts::Evidence>, Vec<ReadCall>) {
+    let watched = Watched::new(Arc::new(MemStore::new()), false);
+    let mut harness = Harness::new();
+    harness.extra_tools.push(Emit::tool());
+    harness.context = ContextPolicy::for_window(window);
+    harness.max_steps = Some(u32::try_from(steps).unwrap());
+    harness.store = watched.clone();
+    let kernel = harness.kernel(&emit_script(steps, bytes));
+    let session = harness.session(&kernel).await;
+    let report =
+        kernel.run_turn(session, TASK, &harness.run_config(), &Cancellation::new()).await.unwrap();
+    assert!(matches!(report.outcome, TurnOutcome::Suspended { .. }), "{:?}", report.outcome);
+    let reads = watched.take();
+    let events = harness.events(session).await;
+    let evidence = events
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::Checkpoint { evidence, .. } => Some(evidence.clone()),
+            _ => None,
+        })
+        .unwrap();
+    (events, evidence, reads)
+}
+
+fn result_seqs(events: &[RuntimeEvent]) -> Vec<Seq> {
+    events
+        .iter()
+        .filter(|event| matches!(event.kind, EventKind::ToolResult { .. }))
+        .map(|event| event.seq)
+        .collect()
+}
+
+/// A checkpoint lists the run's last 64 results (issue #13: it is in the suffix every
+/// later load reads, so it must not grow with the run), with their calls' arguments.
+#[tokio::test]
+async fn issue_13_a_checkpoint_lists_the_runs_last_64_results() {
+    let (events, evidence, _) = suspended_checkpoint(100, 10, None).await;
+    let results = result_seqs(&events);
+    assert!(results.len() > 64, "{} results", results.len());
+    let listed: Vec<Seq> = evidence.iter().map(|item| item.seq).collect();
+    assert_eq!(listed, results[results.len() - 64..]);
+    assert!(
+        evidence.iter().all(|item| item.tool == "emit" && item.arguments == r#"{"bytes":10}"#),
+        "{evidence:?}"
+    );
+}
+
+/// A run that began long before the retained window: its checkpoint lists the latest
+/// results held in memory, and nothing below the base is read from the store for it.
+#[tokio::test]
+async fn issue_13_a_long_runs_checkpoint_is_built_from_memory_without_reading_the_run() {
+    let (events, evidence, reads) = suspended_checkpoint(150, 3000, Some(6000)).await;
+    let base = chain_of(compactions(&events).last().unwrap()).unwrap().covers_to;
+    let run_started =
+        events.iter().find(|event| matches!(event.kind, EventKind::RunStarted { .. })).unwrap().seq;
+    assert!(run_started < base, "the run began at #{run_started}, the base is #{base}");
+    let results = result_seqs(&events);
+    let listed: Vec<Seq> = evidence.iter().map(|item| item.seq).collect();
+    assert!(!listed.is_empty() && listed.len() <= 64, "{listed:?}");
+    assert_eq!(listed, results[results.len() - listed.len()..]);
+    assert!(listed.iter().all(|seq| *seq > base), "{listed:?} not all above #{base}");
+    // Only the new session's first load (nothing compacted yet) reads from #0.
+    let below = reads
+        .iter()
+        .find(|read| matches!(read, ReadCall::Read { after } if *after > Seq(0) && *after < base));
+    assert_eq!(below, None, "{reads:?}");
+}
