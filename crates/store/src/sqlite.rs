@@ -65,6 +65,10 @@ pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
     /// Appends waiting for the next group commit, and whether a writer is running.
     queue: Arc<Mutex<Queue>>,
+    /// Lets one other operation on `connection` at a time wait for it on the blocking
+    /// pool; the rest wait here without a thread (many runs renewing leases at once would
+    /// otherwise park hundreds of pool threads on the connection's mutex).
+    writer_turn: Arc<tokio::sync::Semaphore>,
     /// Append transactions this handle committed.
     n_commits: Arc<AtomicU64>,
     /// The read connections of a file ledger; `None` in memory, where reads use the one
@@ -162,6 +166,7 @@ impl SqliteStore {
         SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
             queue: Arc::new(Mutex::new(Queue::default())),
+            writer_turn: Arc::new(tokio::sync::Semaphore::new(1)),
             n_commits: Arc::new(AtomicU64::new(0)),
             readers: path.as_deref().map(readers::Readers::new),
             cancel_probe: Mutex::new(CancelProbe::default()),
@@ -210,11 +215,12 @@ impl SqliteStore {
         self.path.as_deref()
     }
 
-    /// Runs `op` on the connection in tokio's blocking pool.
+    /// Runs `op` on the connection in tokio's blocking pool, one such operation at a time
+    /// (the others wait for their turn without a thread).
     ///
     /// The blocking task owns everything it touches, so it runs to completion even when
     /// the returned future is dropped: a transaction it began is committed or rolled back,
-    /// never left half done.
+    /// never left half done. Dropped while waiting for its turn, nothing runs.
     async fn blocking<T, E>(
         &self,
         task_failed: fn(String) -> E,
@@ -225,7 +231,11 @@ impl SqliteStore {
         E: Send + 'static,
     {
         let connection = Arc::clone(&self.connection);
+        let Ok(turn) = Arc::clone(&self.writer_turn).acquire_owned().await else {
+            return Err(task_failed("the ledger's writer queue is closed".to_owned()));
+        };
         let task = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             // A panic inside `op` unwinds through rusqlite's `Transaction`, whose drop
             // rolls back; the connection itself is still sound, so poisoning is ignored.
             let mut connection = connection.lock().unwrap_or_else(PoisonError::into_inner);
