@@ -26,7 +26,10 @@ const MODEL_DELAY: Duration = Duration::from_millis(50);
 
 #[derive(Clone)]
 struct Mock {
-    steps: usize,
+    /// The whole SSE body to answer a request whose conversation holds `n` tool results
+    /// with, at index `n` (the last one answers in text): rendered once, so the mock
+    /// spends nothing per request but counting the results and one write.
+    replies: Arc<Vec<bytes::Bytes>>,
     served: Arc<AtomicU64>,
 }
 
@@ -44,16 +47,11 @@ fn finish(out: &mut String, reason: &str) {
     out.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
 }
 
-/// Sleeps 50 ms, then a `todo` call until the conversation has STEPS-1 tool results, then
-/// an answer.
-async fn completions(State(mock): State<Mock>, body: axum::body::Bytes) -> impl IntoResponse {
-    tokio::time::sleep(MODEL_DELAY).await;
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let results = request["messages"]
-        .as_array()
-        .map_or(0, |messages| messages.iter().filter(|m| m["role"] == "tool").count());
+/// The OpenAI streaming body answering a conversation with `results` tool results, in a
+/// turn of `steps` steps: a `todo` call until it has `steps - 1` of them, then an answer.
+fn reply(results: usize, steps: usize) -> bytes::Bytes {
     let mut out = String::new();
-    if results + 1 < mock.steps {
+    if results + 1 < steps {
         let arguments = json!({"items": [{"text": format!("step {results}"), "status": "done"}]});
         out.push_str(&chunk(
             json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
@@ -66,6 +64,17 @@ async fn completions(State(mock): State<Mock>, body: axum::body::Bytes) -> impl 
         out.push_str(&chunk(json!({"role": "assistant", "content": "Done."}), None));
         finish(&mut out, "stop");
     }
+    bytes::Bytes::from(out)
+}
+
+/// Sleeps 50 ms, then answers with the reply for the number of tool results in the
+/// request (its messages with `"role":"tool"`, as keel's compact JSON spells them).
+async fn completions(State(mock): State<Mock>, body: axum::body::Bytes) -> impl IntoResponse {
+    tokio::time::sleep(MODEL_DELAY).await;
+    let results =
+        std::str::from_utf8(&body).map_or(0, |text| text.matches(r#""role":"tool""#).count());
+    let last = mock.replies.len().saturating_sub(1);
+    let out = mock.replies[results.min(last)].clone();
     mock.served.fetch_add(1, Ordering::Relaxed);
     ([(header::CONTENT_TYPE, "text/event-stream")], out)
 }
@@ -77,6 +86,16 @@ fn rss_kib(pid: u32) -> u64 {
         .lines()
         .find_map(|line| line.strip_prefix("VmRSS:"))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The number of threads of `pid`.
+fn threads(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|rest| rest.trim().parse().ok())
         .unwrap_or(0)
 }
 
@@ -95,7 +114,8 @@ async fn main() {
     let sessions: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1000);
     let steps: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
 
-    let mock = Mock { steps, served: Arc::new(AtomicU64::new(0)) };
+    let replies = (0..steps.max(1)).map(|results| reply(results, steps)).collect();
+    let mock = Mock { replies: Arc::new(replies), served: Arc::new(AtomicU64::new(0)) };
     let app =
         Router::new().route("/v1/chat/completions", post(completions)).with_state(mock.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the mock");
@@ -106,7 +126,13 @@ async fn main() {
     let scratch = tempfile::tempdir().expect("a scratch folder");
     let workspace = scratch.path().join("ws");
     std::fs::create_dir_all(&workspace).expect("the workspace");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+    let mut host = std::process::Command::new(env!("CARGO_BIN_EXE_keel"));
+    // `KEEL_BENCH_HOST_PRELOAD=/path/libmimalloc.so.2`: the host (only) with another
+    // allocator, to compare it with glibc's without another build.
+    if let Ok(preload) = std::env::var("KEEL_BENCH_HOST_PRELOAD") {
+        host.env("LD_PRELOAD", preload);
+    }
+    let mut child = host
         .env("KEEL_HOME", home.path())
         .env("XDG_CONFIG_HOME", home.path().join("xdg"))
         .env("KEEL_SERVE_TOKEN", TOKEN)
@@ -194,9 +220,15 @@ async fn main() {
     let posted_in = started.elapsed();
     let expected = (accepted * steps) as u64;
     let deadline = Instant::now() + Duration::from_secs(600);
+    let mut most_threads = threads(pid);
+    let mut polls: u64 = 0;
     while mock.served.load(Ordering::Relaxed) - served_before < expected {
         assert!(Instant::now() < deadline, "the steps did not finish in 10 minutes");
         tokio::time::sleep(Duration::from_millis(5)).await;
+        polls += 1;
+        if polls.is_multiple_of(20) {
+            most_threads = most_threads.max(threads(pid));
+        }
     }
     let elapsed = started.elapsed();
     let cpu = cpu_seconds(pid) - cpu_before;
@@ -214,7 +246,7 @@ async fn main() {
     );
     println!(
         "host: {cpu:.1} CPU s over the load ({:.2} ms CPU per step, {:.0}% of 2 cores); RSS after \
-         {rss_after} KiB",
+         {rss_after} KiB; at most {most_threads} threads",
         1000.0 * cpu / expected.max(1) as f64,
         100.0 * cpu / elapsed.as_secs_f64() / 2.0
     );

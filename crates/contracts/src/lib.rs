@@ -67,7 +67,7 @@ pub use fence::{
 pub use ids::{AttemptId, RunId, Seq, SessionId, ToolCallId, TurnId};
 pub use message::{
     FinishReason, Message, ModelRequest, ModelResponse, ReasoningPart, RequestPurpose, RetryNotice,
-    StreamDelta, ToolCall, ToolChoice, ToolDefinition, Usage,
+    StreamDelta, ToolCall, ToolChoice, ToolDefinition, ToolSchema, Usage,
 };
 pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};
 pub use pricing::{Price, cost_usd};

@@ -150,7 +150,94 @@ pub struct ToolDefinition {
     /// Its description.
     pub description: String,
     /// JSON Schema of its arguments.
-    pub parameters: serde_json::Value,
+    pub parameters: ToolSchema,
+}
+
+/// A tool's JSON Schema, serialized once.
+///
+/// Clones share one allocation (a reference count), and serializing it with serde_json
+/// writes the JSON text made when it was built instead of walking the value again: the
+/// same bytes as serializing the value compactly (`serde_json::to_string`), so request
+/// bodies and digests are unchanged. Requests are built every model step and a run's tool
+/// definitions do not change between steps, so this keeps the schemas out of each step's
+/// allocation and escaping work. Reads go through the value ([`ToolSchema::value`], or
+/// `Deref`); equality and `Debug` are the value's.
+#[derive(Clone)]
+pub struct ToolSchema(std::sync::Arc<SchemaParts>);
+
+struct SchemaParts {
+    value: serde_json::Value,
+    /// `serde_json::to_string(&value)`; `None` only if that failed (it cannot for a
+    /// `Value`, whose keys are strings), and then the value itself is serialized.
+    json: Option<Box<serde_json::value::RawValue>>,
+}
+
+impl ToolSchema {
+    /// Wraps `value`, serializing it once.
+    pub fn new(value: serde_json::Value) -> ToolSchema {
+        let json = serde_json::value::to_raw_value(&value).ok();
+        ToolSchema(std::sync::Arc::new(SchemaParts { value, json }))
+    }
+
+    /// The schema.
+    pub fn value(&self) -> &serde_json::Value {
+        &self.0.value
+    }
+
+    /// The schema as compact JSON text (what serializing it writes).
+    pub fn json(&self) -> std::borrow::Cow<'_, str> {
+        match &self.0.json {
+            Some(json) => std::borrow::Cow::Borrowed(json.get()),
+            None => std::borrow::Cow::Owned(self.0.value.to_string()),
+        }
+    }
+}
+
+impl From<serde_json::Value> for ToolSchema {
+    fn from(value: serde_json::Value) -> ToolSchema {
+        ToolSchema::new(value)
+    }
+}
+
+impl std::ops::Deref for ToolSchema {
+    type Target = serde_json::Value;
+
+    fn deref(&self) -> &serde_json::Value {
+        &self.0.value
+    }
+}
+
+impl PartialEq for ToolSchema {
+    fn eq(&self, other: &ToolSchema) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.0.value == other.0.value
+    }
+}
+
+impl PartialEq<serde_json::Value> for ToolSchema {
+    fn eq(&self, other: &serde_json::Value) -> bool {
+        self.0.value == *other
+    }
+}
+
+impl fmt::Debug for ToolSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0.value, f)
+    }
+}
+
+impl Serialize for ToolSchema {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.0.json {
+            Some(json) => json.serialize(serializer),
+            None => self.0.value.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolSchema {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<ToolSchema, D::Error> {
+        serde_json::Value::deserialize(deserializer).map(ToolSchema::new)
+    }
 }
 
 /// Everything a provider needs for one model call, projected from the ledger.

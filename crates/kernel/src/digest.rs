@@ -15,7 +15,10 @@
 //! (a pruned result in the middle of the window re-hashes its message and its block, not
 //! every message after it).
 
-use keel_contracts::{Message, ModelRequest, sha256_hex};
+use keel_contracts::{
+    Message, ModelRequest, RequestPurpose, ToolChoice, ToolDefinition, sha256_hex,
+};
+use sha2::{Digest, Sha256};
 
 /// Messages per block.
 pub const BLOCK: usize = 64;
@@ -34,17 +37,109 @@ fn block_digest<'a>(hashes: impl Iterator<Item = &'a str>) -> String {
     sha256_hex(&bytes)
 }
 
+/// The request with an empty messages list, borrowed: serializes to the same bytes as
+/// such a [`ModelRequest`] (same fields, order and attributes; a test holds it) without
+/// cloning the system prompt and the tool definitions every step.
+#[derive(serde::Serialize)]
+struct Head<'a> {
+    model: &'a str,
+    system: &'a str,
+    messages: &'a [Message],
+    tools: &'a [ToolDefinition],
+    #[serde(skip_serializing_if = "ToolChoice::is_auto")]
+    tool_choice: ToolChoice,
+    responses_in_session: u64,
+    purpose: RequestPurpose,
+}
+
 fn head_digest(request: &ModelRequest) -> String {
-    let head = ModelRequest {
-        model: request.model.clone(),
-        system: request.system.clone(),
-        messages: Vec::new(),
-        tools: request.tools.clone(),
+    let head = Head {
+        model: &request.model,
+        system: &request.system,
+        messages: &[],
+        tools: &request.tools,
         tool_choice: request.tool_choice,
         responses_in_session: request.responses_in_session,
         purpose: request.purpose,
     };
-    sha256_hex(serde_json::to_string(&head).unwrap_or_default().as_bytes())
+    sha256_hex(&serde_json::to_vec(&head).unwrap_or_default())
+}
+
+/// The part of [`Head`] that stays the same from step to step of a run: its JSON up to
+/// and including the tools, without the closing brace.
+#[derive(serde::Serialize)]
+struct HeadPrefix<'a> {
+    model: &'a str,
+    system: &'a str,
+    messages: &'a [Message],
+    tools: &'a [ToolDefinition],
+}
+
+/// The rest of [`Head`]: serialized, its `{` becomes the `,` after the prefix.
+#[derive(serde::Serialize)]
+struct HeadSuffix {
+    #[serde(skip_serializing_if = "ToolChoice::is_auto")]
+    tool_choice: ToolChoice,
+    responses_in_session: u64,
+    purpose: RequestPurpose,
+}
+
+/// [`head_digest`] for the steps of one run: the SHA-256 state after the prefix (the
+/// system prompt and the tool definitions, the bulk of the head) is kept while the model,
+/// the system prompt and the tools stay the same, so a step hashes only the few bytes
+/// after them.
+#[derive(Clone)]
+struct HeadCache {
+    model: String,
+    system: String,
+    tools: Vec<ToolDefinition>,
+    after_prefix: Sha256,
+}
+
+impl std::fmt::Debug for HeadCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeadCache").field("model", &self.model).finish_non_exhaustive()
+    }
+}
+
+impl HeadCache {
+    fn new(request: &ModelRequest) -> HeadCache {
+        let prefix = HeadPrefix {
+            model: &request.model,
+            system: &request.system,
+            messages: &[],
+            tools: &request.tools,
+        };
+        let mut bytes = serde_json::to_vec(&prefix).unwrap_or_default();
+        bytes.pop(); // the closing brace
+        HeadCache {
+            model: request.model.clone(),
+            system: request.system.clone(),
+            tools: request.tools.clone(),
+            after_prefix: Sha256::new_with_prefix(&bytes),
+        }
+    }
+
+    fn fits(&self, request: &ModelRequest) -> bool {
+        // Tool schemas compare by their shared allocation first (see `ToolSchema`).
+        self.model == request.model && self.system == request.system && self.tools == request.tools
+    }
+
+    /// [`head_digest`] of `request`, which [`HeadCache::fits`].
+    fn digest(&self, request: &ModelRequest) -> String {
+        let suffix = HeadSuffix {
+            tool_choice: request.tool_choice,
+            responses_in_session: request.responses_in_session,
+            purpose: request.purpose,
+        };
+        let mut bytes = serde_json::to_vec(&suffix).unwrap_or_default();
+        if let Some(first) = bytes.first_mut() {
+            *first = b',';
+        }
+        let mut hasher = self.after_prefix.clone();
+        hasher.update(&bytes);
+        hex::encode(hasher.finalize())
+    }
 }
 
 fn combine<'a>(head: &str, blocks: impl Iterator<Item = &'a str>) -> String {
@@ -73,6 +168,8 @@ pub struct MessageDigests {
     hashes: Vec<Option<String>>,
     /// `b_j`, or `None` when a message of block `j` changed.
     blocks: Vec<Option<String>>,
+    /// The head's hashing state, for the next request with the same head prefix.
+    head: Option<HeadCache>,
 }
 
 impl MessageDigests {
@@ -127,14 +224,20 @@ impl MessageDigests {
             }
             *block = Some(block_digest(self.hashes[range].iter().flatten().map(String::as_str)));
         }
-        combine(&head_digest(request), self.blocks.iter().flatten().map(String::as_str))
+        if !self.head.as_ref().is_some_and(|head| head.fits(request)) {
+            self.head = Some(HeadCache::new(request));
+        }
+        let head = match &self.head {
+            Some(head) => head.digest(request),
+            None => head_digest(request),
+        };
+        combine(&head, self.blocks.iter().flatten().map(String::as_str))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_contracts::{RequestPurpose, ToolChoice};
 
     fn request(texts: &[String]) -> ModelRequest {
         ModelRequest {
@@ -145,6 +248,55 @@ mod tests {
             tool_choice: ToolChoice::Auto,
             responses_in_session: 0,
             purpose: RequestPurpose::Conversation,
+        }
+    }
+
+    #[test]
+    fn the_borrowed_head_serializes_as_the_request_without_messages() {
+        let tool = ToolDefinition {
+            name: "read_file".into(),
+            description: "Read a \"file\".".into(),
+            parameters: serde_json::json!({"type": "object", "properties": {"path": {}}}).into(),
+        };
+        for (choice, purpose) in [
+            (ToolChoice::Auto, RequestPurpose::Conversation),
+            (ToolChoice::None, RequestPurpose::Compaction),
+        ] {
+            let mut request = request(&["a".to_owned()]);
+            request.system = "line\nbreak".into();
+            request.tools = vec![tool.clone()];
+            request.tool_choice = choice;
+            request.responses_in_session = 7;
+            request.purpose = purpose;
+            let whole = ModelRequest { messages: Vec::new(), ..request.clone() };
+            assert_eq!(
+                head_digest(&request),
+                sha256_hex(serde_json::to_string(&whole).unwrap().as_bytes())
+            );
+        }
+    }
+
+    #[test]
+    fn the_kept_head_state_gives_the_digest_from_scratch() {
+        let tool = ToolDefinition {
+            name: "todo".into(),
+            description: "Track \"work\".".into(),
+            parameters: serde_json::json!({"type": "object"}).into(),
+        };
+        let mut digests = MessageDigests::default();
+        let mut request = request(&["a".to_owned()]);
+        request.tools = vec![tool.clone()];
+        for step in 0..4u64 {
+            // The suffix changes every step; the prefix only at steps 2 and 3.
+            request.responses_in_session = step;
+            request.tool_choice = if step == 1 { ToolChoice::None } else { ToolChoice::Auto };
+            if step == 2 {
+                request.system = "a new \"system\" prompt".into();
+            }
+            if step == 3 {
+                request.tools.push(ToolDefinition { name: "other".into(), ..tool.clone() });
+            }
+            assert_eq!(digests.digest(&request), request_digest(&request), "step {step}");
         }
     }
 

@@ -39,6 +39,21 @@ pub enum AgentTools {
 struct Entry {
     tool: Arc<dyn Tool>,
     validator: jsonschema::Validator,
+    /// What the model sees, made once: every request of a run clones it (cheaply: the
+    /// schema is shared and already serialized, see [`keel_contracts::ToolSchema`]).
+    definition: ToolDefinition,
+}
+
+impl Entry {
+    fn new(tool: Arc<dyn Tool>, validator: jsonschema::Validator) -> Entry {
+        let spec = tool.spec();
+        let definition = ToolDefinition {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            parameters: spec.parameters.clone().into(),
+        };
+        Entry { tool, validator, definition }
+    }
 }
 
 /// The tools a run offers, in a fixed order, with compiled argument validators.
@@ -82,7 +97,7 @@ impl Registry {
             let validator = jsonschema::validator_for(&spec.parameters).map_err(|error| {
                 RegistryError::InvalidSchema { tool: spec.name.clone(), message: error.to_string() }
             })?;
-            entries.push(Entry { tool, validator });
+            entries.push(Entry::new(tool, validator));
         }
         Ok(Registry { entries, by_name })
     }
@@ -122,7 +137,7 @@ impl Registry {
             let validator = jsonschema::validator_for(&spec.parameters).map_err(|error| {
                 RegistryError::InvalidSchema { tool: spec.name.clone(), message: error.to_string() }
             })?;
-            registry.entries.push(Entry { tool, validator });
+            registry.entries.push(Entry::new(tool, validator));
         }
         Ok(registry)
     }
@@ -155,7 +170,7 @@ impl Registry {
                 continue;
             }
             match jsonschema::validator_for(&spec.parameters) {
-                Ok(validator) => added.push(Entry { tool, validator }),
+                Ok(validator) => added.push(Entry::new(tool, validator)),
                 Err(_) => left_out.push(spec.name.clone()),
             }
         }
@@ -210,13 +225,7 @@ impl Registry {
 
     /// The definitions the model sees, in order.
     pub fn definitions(&self) -> Vec<ToolDefinition> {
-        self.specs()
-            .map(|spec| ToolDefinition {
-                name: spec.name.clone(),
-                description: spec.description.clone(),
-                parameters: spec.parameters.clone(),
-            })
-            .collect()
+        self.entries.iter().map(|entry| entry.definition.clone()).collect()
     }
 
     /// SHA-256 of the serialized definitions, for `run_composition`.

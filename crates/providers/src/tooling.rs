@@ -23,8 +23,7 @@
 
 use std::borrow::Cow;
 
-use keel_contracts::{Message, ModelRequest, ToolChoice};
-use serde_json::Value;
+use keel_contracts::{Message, ModelRequest, ToolChoice, ToolSchema};
 
 /// The description of a stub tool (see the module's rule).
 const STUB_DESCRIPTION: &str =
@@ -35,7 +34,8 @@ const STUB_DESCRIPTION: &str =
 pub(crate) struct DefinedTool<'a> {
     pub(crate) name: &'a str,
     pub(crate) description: &'a str,
-    pub(crate) parameters: Cow<'a, Value>,
+    /// Shared with the request and serialized once (see [`ToolSchema`]).
+    pub(crate) parameters: Cow<'a, ToolSchema>,
 }
 
 /// The tools of one request on the wire.
@@ -64,7 +64,7 @@ pub(crate) fn wire_tools(request: &ModelRequest) -> WireTools<'_> {
                 defined.push(DefinedTool {
                     name,
                     description: STUB_DESCRIPTION,
-                    parameters: Cow::Owned(serde_json::json!({"type": "object"})),
+                    parameters: Cow::Owned(ToolSchema::new(serde_json::json!({"type": "object"}))),
                 });
             }
         }
@@ -134,7 +134,8 @@ mod tests {
         ToolDefinition {
             name: "read_file".into(),
             description: "Read a file.".into(),
-            parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}})
+                .into(),
         }
     }
 

@@ -47,4 +47,4 @@ pub use postgres::{
 };
 pub use schedules::{FireRow, FireState, ScheduleRow, Schedules, SchedulesError, WakeRow};
 #[cfg(feature = "sqlite")]
-pub use sqlite::{BUSY_TIMEOUT, SCHEMA_VERSION, SqliteStore, default_path};
+pub use sqlite::{BUSY_TIMEOUT, CANCEL_PROBE_TTL, SCHEMA_VERSION, SqliteStore, default_path};

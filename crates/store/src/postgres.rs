@@ -560,7 +560,7 @@ async fn append_batch(
         turn_ids.push(event.turn_id.map(|id| id.0));
         run_ids.push(event.run_id.map(|id| id.0));
         timestamps.push(timestamp(event.ts));
-        kinds.push(event.kind.name());
+        kinds.push(event.kind);
         bodies.push(row.body.as_str());
         summary::apply(&mut summary, event);
     }

@@ -3,7 +3,7 @@
 //! byte for byte on retry), timestamps, and session id prefixes.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use keel_contracts::{AppendError, ReadError, RuntimeEvent, Seq, SessionId};
+use keel_contracts::{AppendError, ReadError, RunId, RuntimeEvent, Seq, SessionId, TurnId};
 use uuid::Uuid;
 
 /// An append, checked and serialized before it reaches the database.
@@ -16,7 +16,9 @@ pub(crate) struct Batch {
 /// One event as stored.
 #[derive(Debug)]
 pub(crate) struct EventRow {
-    pub(crate) event: RuntimeEvent,
+    /// What the columns and the listing need of the event (the body holds the rest), so
+    /// the queued append does not keep a second copy of every event.
+    pub(crate) event: EventHead,
     pub(crate) seq: i64,
     /// The full event as JSON: what is stored, compared on retry, and decoded on read.
     pub(crate) body: String,
@@ -52,10 +54,38 @@ impl Batch {
                     .map_err(|_| invalid(format!("seq {} is out of range", event.seq)))?;
                 let body = serde_json::to_string(event)
                     .map_err(|error| AppendError::Backend { message: error.to_string() })?;
-                Ok(EventRow { event: event.clone(), seq, body })
+                Ok(EventRow { event: EventHead::of(event), seq, body })
             })
             .collect::<Result<Vec<_>, AppendError>>()?;
         Ok(Some(Batch { session_id: first.session_id, rows }))
+    }
+}
+
+/// The columns of one event besides its body, and what it changes in its session's
+/// listing row.
+#[derive(Debug)]
+pub(crate) struct EventHead {
+    pub(crate) seq: Seq,
+    pub(crate) session_id: SessionId,
+    pub(crate) turn_id: Option<TurnId>,
+    pub(crate) run_id: Option<RunId>,
+    pub(crate) ts: DateTime<Utc>,
+    /// [`keel_contracts::EventKind::name`].
+    pub(crate) kind: &'static str,
+    pub(crate) fold: crate::summary::Fold,
+}
+
+impl EventHead {
+    pub(crate) fn of(event: &RuntimeEvent) -> EventHead {
+        EventHead {
+            seq: event.seq,
+            session_id: event.session_id,
+            turn_id: event.turn_id,
+            run_id: event.run_id,
+            ts: event.ts,
+            kind: event.kind.name(),
+            fold: crate::summary::Fold::of(&event.kind),
+        }
     }
 }
 

@@ -6,9 +6,12 @@
 //! processes can never interleave the read-check-insert of an append; a writer that finds
 //! the lock taken waits up to [`BUSY_TIMEOUT`].
 //!
-//! rusqlite is synchronous. The connection lives in a `std::sync::Mutex` and each
-//! operation runs on tokio's blocking pool (`spawn_blocking`), so the async executor never
-//! waits on disk. Consequently every async method needs a tokio runtime.
+//! rusqlite is synchronous. The writing connection lives in a `std::sync::Mutex` and each
+//! write runs on tokio's blocking pool (`spawn_blocking`), so the async executor never
+//! waits on disk. Reads of a file ledger run on their own connections, on reader threads
+//! (`readers`): WAL lets them run beside the writer, each seeing the last commit made
+//! before it began, so a read never waits for a group commit's fsync. An in-memory ledger
+//! has one connection for both. Every async method needs a tokio runtime.
 //!
 //! Group commit: appends are queued, and one writer (a blocking task, started by the
 //! append that finds none running) writes every queued append in one `BEGIN IMMEDIATE`
@@ -19,6 +22,7 @@
 //! savepoint and fails alone; only a failed `COMMIT` fails the whole group.
 
 mod leases;
+mod readers;
 mod schedules;
 mod schema;
 
@@ -53,17 +57,42 @@ pub fn default_path(keel_home: &Path) -> PathBuf {
 
 /// The default [`Store`]: an embedded SQLite ledger.
 ///
-/// One handle holds one connection. Share a handle with `Arc`; open several handles (in
+/// One handle holds one writing connection and, for a file, two read
+/// connections made on the first read. Share a handle with `Arc`; open several handles (in
 /// one process or many) on one file when needed: they coordinate through SQLite's locks.
-/// Operations on one handle run one at a time.
+/// Writes on one handle run one at a time; reads run beside them.
 pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
     /// Appends waiting for the next group commit, and whether a writer is running.
     queue: Arc<Mutex<Queue>>,
+    /// Lets one other operation on `connection` at a time wait for it on the blocking
+    /// pool; the rest wait here without a thread (many runs renewing leases at once would
+    /// otherwise park hundreds of pool threads on the connection's mutex).
+    writer_turn: Arc<tokio::sync::Semaphore>,
     /// Append transactions this handle committed.
     n_commits: Arc<AtomicU64>,
+    /// The read connections of a file ledger; `None` in memory, where reads use the one
+    /// connection.
+    readers: Option<readers::Readers>,
+    /// What the last look at the pending cancel requests found (see
+    /// [`SqliteStore::take_cancel_request`]).
+    cancel_probe: Mutex<CancelProbe>,
     /// `None` for an in-memory ledger.
     path: Option<PathBuf>,
+}
+
+/// How long a look at the pending cancel requests stands in for the table: a session not
+/// among them is answered "none pending" without I/O until it is this old. Requests made
+/// through this handle are seen at once; ones made by another process within this time.
+pub const CANCEL_PROBE_TTL: Duration = Duration::from_millis(100);
+
+/// The sessions with a pending cancel request, as last read, and when.
+#[derive(Default)]
+struct CancelProbe {
+    /// Bumped by every [`SqliteStore::request_cancel`] of this handle: a look begun
+    /// before one is not kept.
+    generation: u64,
+    seen: Option<(std::time::Instant, std::collections::HashSet<SessionId>)>,
 }
 
 /// The appends waiting for a commit. At most one writer (a blocking task) runs at a time:
@@ -137,7 +166,10 @@ impl SqliteStore {
         SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
             queue: Arc::new(Mutex::new(Queue::default())),
+            writer_turn: Arc::new(tokio::sync::Semaphore::new(1)),
             n_commits: Arc::new(AtomicU64::new(0)),
+            readers: path.as_deref().map(readers::Readers::new),
+            cancel_probe: Mutex::new(CancelProbe::default()),
             path,
         }
     }
@@ -183,11 +215,12 @@ impl SqliteStore {
         self.path.as_deref()
     }
 
-    /// Runs `op` on the connection in tokio's blocking pool.
+    /// Runs `op` on the connection in tokio's blocking pool, one such operation at a time
+    /// (the others wait for their turn without a thread).
     ///
     /// The blocking task owns everything it touches, so it runs to completion even when
     /// the returned future is dropped: a transaction it began is committed or rolled back,
-    /// never left half done.
+    /// never left half done. Dropped while waiting for its turn, nothing runs.
     async fn blocking<T, E>(
         &self,
         task_failed: fn(String) -> E,
@@ -198,7 +231,11 @@ impl SqliteStore {
         E: Send + 'static,
     {
         let connection = Arc::clone(&self.connection);
+        let Ok(turn) = Arc::clone(&self.writer_turn).acquire_owned().await else {
+            return Err(task_failed("the ledger's writer queue is closed".to_owned()));
+        };
         let task = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             // A panic inside `op` unwinds through rusqlite's `Transaction`, whose drop
             // rolls back; the connection itself is still sound, so poisoning is ignored.
             let mut connection = connection.lock().unwrap_or_else(PoisonError::into_inner);
@@ -217,6 +254,90 @@ impl SqliteStore {
             Err(error) => Err(task_failed(format!("ledger task did not finish: {error}"))),
         }
     }
+}
+
+impl SqliteStore {
+    /// Runs the read-only `op` on a read connection of a file ledger (never waiting for the
+    /// writer), or on the one connection of an in-memory ledger.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the answer; the read still runs.
+    async fn reading<T, E>(
+        &self,
+        task_failed: fn(String) -> E,
+        op: impl FnOnce(&mut Connection) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        match &self.readers {
+            Some(readers) => {
+                readers
+                    .run(
+                        move |connection| match connection {
+                            Ok(connection) => op(connection),
+                            Err(message) => Err(task_failed(message)),
+                        },
+                        || Err(task_failed("the ledger reader stopped unexpectedly".to_owned())),
+                    )
+                    .await
+            }
+            None => self.blocking(task_failed, op).await,
+        }
+    }
+
+    /// Whether `session_id` may have a pending cancel request: `false` when a look at the
+    /// table younger than [`CANCEL_PROBE_TTL`] (and no newer request of this handle) does
+    /// not list it; otherwise looks again, on a read connection.
+    async fn cancel_may_be_pending(&self, session_id: SessionId) -> Result<bool, ReadError> {
+        if self.readers.is_none() {
+            return Ok(true);
+        }
+        let generation = {
+            let probe = self.cancel_probe.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((at, pending)) = &probe.seen
+                && at.elapsed() < CANCEL_PROBE_TTL
+            {
+                return Ok(pending.contains(&session_id));
+            }
+            probe.generation
+        };
+        let started = std::time::Instant::now();
+        let pending = self.reading(read_backend, pending_cancels).await?;
+        let may_be = pending.contains(&session_id);
+        let mut probe = self.cancel_probe.lock().unwrap_or_else(PoisonError::into_inner);
+        if probe.generation == generation {
+            probe.seen = Some((started, pending));
+        }
+        Ok(may_be)
+    }
+
+    /// Forgets the last look at the cancel requests (one was just made or taken here).
+    fn cancel_requests_changed(&self) {
+        let mut probe = self.cancel_probe.lock().unwrap_or_else(PoisonError::into_inner);
+        probe.generation = probe.generation.wrapping_add(1);
+        probe.seen = None;
+    }
+}
+
+/// The sessions with a pending cancel request (rows whose id does not parse are skipped:
+/// no session has them).
+fn pending_cancels(
+    connection: &mut Connection,
+) -> Result<std::collections::HashSet<SessionId>, ReadError> {
+    let mut select = connection
+        .prepare_cached("SELECT session_id FROM cancel_requests")
+        .map_err(read_backend_sqlite)?;
+    let ids = select.query_map([], |row| row.get::<_, String>(0)).map_err(read_backend_sqlite)?;
+    let mut pending = std::collections::HashSet::new();
+    for id in ids {
+        if let Ok(id) = parse_session_id(&id.map_err(read_backend_sqlite)?) {
+            pending.insert(id);
+        }
+    }
+    Ok(pending)
 }
 
 impl fmt::Debug for SqliteStore {
@@ -342,7 +463,7 @@ impl Store for SqliteStore {
         session_id: SessionId,
         after: Seq,
     ) -> Result<Vec<RuntimeEvent>, ReadError> {
-        self.blocking(read_backend, move |connection| read_events(connection, session_id, after))
+        self.reading(read_backend, move |connection| read_events(connection, session_id, after))
             .await
     }
 
@@ -364,7 +485,7 @@ impl Store for SqliteStore {
         up_to: Seq,
     ) -> Result<Vec<RuntimeEvent>, ReadError> {
         let kinds: Vec<String> = kinds.iter().map(|kind| (*kind).to_owned()).collect();
-        self.blocking(read_backend, move |connection| {
+        self.reading(read_backend, move |connection| {
             read_kinds(connection, session_id, &kinds, up_to)
         })
         .await
@@ -386,7 +507,7 @@ impl Store for SqliteStore {
         kind: &str,
     ) -> Result<Option<RuntimeEvent>, ReadError> {
         let kind = kind.to_owned();
-        self.blocking(read_backend, move |connection| {
+        self.reading(read_backend, move |connection| {
             let sql = if schema::INDEXED_KINDS.contains(&kind.as_str()) {
                 format!(
                     "SELECT seq, body FROM events INDEXED BY events_by_fact_kind
@@ -415,7 +536,7 @@ impl Store for SqliteStore {
     ///
     /// Read-only; dropping the future changes nothing.
     async fn sessions(&self) -> Result<Vec<SessionSummary>, ReadError> {
-        self.blocking(read_backend, list_sessions).await
+        self.reading(read_backend, list_sessions).await
     }
 
     /// One session's listing row, by its primary key.
@@ -429,7 +550,7 @@ impl Store for SqliteStore {
     /// Read-only; dropping the future changes nothing.
     async fn session(&self, session_id: SessionId) -> Result<Option<SessionSummary>, ReadError> {
         let key = session_id.to_string();
-        self.blocking(read_backend, move |connection| one_session(connection, &key)).await
+        self.reading(read_backend, move |connection| one_session(connection, &key)).await
     }
 
     /// The one session whose id, without dashes, starts with `prefix` without dashes,
@@ -448,7 +569,7 @@ impl Store for SqliteStore {
         let not_found = || ResolveError::NotFound { prefix: given.clone() };
         let Some(wanted) = normalize_prefix(prefix) else { return Err(not_found()) };
         let matches = self
-            .blocking(read_backend, move |connection| sessions_with_prefix(connection, &wanted))
+            .reading(read_backend, move |connection| sessions_with_prefix(connection, &wanted))
             .await?;
         match matches.as_slice() {
             [] => Err(not_found()),
@@ -467,25 +588,31 @@ impl Store for SqliteStore {
     ///
     /// If dropped, the request is recorded or not; requesting again is harmless.
     async fn request_cancel(&self, session_id: SessionId) -> Result<(), AppendError> {
-        self.blocking(
-            |message| AppendError::Backend { message },
-            move |connection| {
-                connection
-                    .prepare_cached(
-                        "INSERT INTO cancel_requests (session_id, requested_at)
+        let requested = self
+            .blocking(
+                |message| AppendError::Backend { message },
+                move |connection| {
+                    connection
+                        .prepare_cached(
+                            "INSERT INTO cancel_requests (session_id, requested_at)
                      VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
                      ON CONFLICT (session_id) DO NOTHING",
-                    )
-                    .and_then(|mut insert| insert.execute([session_id.to_string()]))
-                    .map(drop)
-                    .map_err(append_backend)
-            },
-        )
-        .await
+                        )
+                        .and_then(|mut insert| insert.execute([session_id.to_string()]))
+                        .map(drop)
+                        .map_err(append_backend)
+                },
+            )
+            .await;
+        self.cancel_requests_changed();
+        requested
     }
 
     /// Deletes the session's pending cancel request, returning whether there was one.
-    /// One statement, so of two concurrent takers exactly one sees `true`.
+    /// One statement, so of two concurrent takers exactly one sees `true`. On a file
+    /// ledger a read of the pending requests, at most [`CANCEL_PROBE_TTL`] old, answers
+    /// `false` for a session it does not list without writing: a request made by another
+    /// handle (another process) is seen within that time, one of this handle at once.
     ///
     /// # Errors
     ///
@@ -496,14 +623,23 @@ impl Store for SqliteStore {
     /// Not cancel safe: if dropped after the delete ran, the request is consumed and the
     /// answer lost. Poll it to completion.
     async fn take_cancel_request(&self, session_id: SessionId) -> Result<bool, ReadError> {
-        self.blocking(read_backend, move |connection| {
-            connection
-                .prepare_cached("DELETE FROM cancel_requests WHERE session_id = ?1")
-                .and_then(|mut delete| delete.execute([session_id.to_string()]))
-                .map(|deleted| deleted > 0)
-                .map_err(read_backend_sqlite)
-        })
-        .await
+        // Runs watch for stop requests by polling this: with many runs, a write per poll
+        // would queue behind every group commit. A look at the (small) table on a read
+        // connection stands in for it for a moment; the delete decides.
+        if !self.cancel_may_be_pending(session_id).await? {
+            return Ok(false);
+        }
+        let taken = self
+            .blocking(read_backend, move |connection| {
+                connection
+                    .prepare_cached("DELETE FROM cancel_requests WHERE session_id = ?1")
+                    .and_then(|mut delete| delete.execute([session_id.to_string()]))
+                    .map(|deleted| deleted > 0)
+                    .map_err(read_backend_sqlite)
+            })
+            .await;
+        self.cancel_requests_changed();
+        taken
     }
 }
 
@@ -686,7 +822,7 @@ fn append_batch(
                     event.turn_id.map(|id| id.to_string()),
                     event.run_id.map(|id| id.to_string()),
                     timestamp(event.ts),
-                    event.kind.name(),
+                    event.kind,
                     row.body,
                 ])
                 .map_err(append_backend)?;

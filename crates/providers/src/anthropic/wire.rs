@@ -23,7 +23,7 @@
 
 use std::borrow::Cow;
 
-use keel_contracts::{Message, ModelRequest, Outcome, ReasoningPart, ToolCall};
+use keel_contracts::{Message, ModelRequest, Outcome, ReasoningPart, ToolCall, ToolSchema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -112,7 +112,7 @@ struct WireTool<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     description: &'a str,
-    input_schema: Cow<'a, Value>,
+    input_schema: Cow<'a, ToolSchema>,
 }
 
 /// What the request builder needs besides the request itself.

@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 
-use keel_contracts::{Message, ModelRequest, ToolCall};
+use keel_contracts::{Message, ModelRequest, ToolCall, ToolSchema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -84,7 +84,7 @@ struct WireTool<'a> {
 struct WireFunction<'a> {
     name: &'a str,
     description: &'a str,
-    parameters: Cow<'a, Value>,
+    parameters: Cow<'a, ToolSchema>,
 }
 
 impl<'a> ChatRequest<'a> {

@@ -23,7 +23,7 @@
 
 use std::borrow::Cow;
 
-use keel_contracts::{Message, ModelRequest, ReasoningPart, ToolCall};
+use keel_contracts::{Message, ModelRequest, ReasoningPart, ToolCall, ToolSchema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -96,7 +96,7 @@ struct WireTool<'a> {
     kind: &'static str,
     name: &'a str,
     description: &'a str,
-    parameters: Cow<'a, Value>,
+    parameters: Cow<'a, ToolSchema>,
     strict: bool,
 }
 

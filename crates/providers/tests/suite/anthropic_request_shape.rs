@@ -30,7 +30,7 @@ fn tool(name: &str) -> ToolDefinition {
     ToolDefinition {
         name: name.into(),
         description: format!("The {name} tool."),
-        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}).into(),
     }
 }
 

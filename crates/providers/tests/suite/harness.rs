@@ -148,6 +148,8 @@ impl Reply {
 pub(crate) struct Received {
     pub(crate) path: String,
     pub(crate) body: Value,
+    /// The body's bytes as sent.
+    pub(crate) raw_body: Bytes,
     pub(crate) authorization: Option<String>,
     pub(crate) accept: Option<String>,
     pub(crate) headers: HeaderMap,
@@ -353,6 +355,7 @@ async fn handle(
         received.push(Received {
             path: uri.path().to_owned(),
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            raw_body: body.clone(),
             authorization: header("authorization"),
             accept: header("accept"),
             headers: headers.clone(),

@@ -42,7 +42,8 @@ fn recorded_conversation() -> ModelRequest {
                 "properties": {"country": {"type": "string"}},
                 "required": ["country"],
                 "type": "object"
-            }),
+            })
+            .into(),
         }],
     )
 }
@@ -64,6 +65,40 @@ async fn request_body_matches_the_recorded_openai_request() {
     assert_eq!(received[0].body, expected);
     assert_eq!(received[0].authorization.as_deref(), Some(format!("Bearer {TEST_KEY}").as_str()));
     assert!(received[0].accept.as_deref().unwrap().contains("text/event-stream"));
+}
+
+#[tokio::test]
+async fn pre_serialized_tool_schemas_give_the_same_bytes_as_their_values() {
+    // Tool schemas are serialized once per definition (`ToolSchema`) and spliced into each
+    // body: the body must be byte for byte what serializing the values gives.
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "A \"quoted\" path\n\u{e9}"},
+            "n": {"type": "number", "minimum": -0.5, "maximum": 1e300},
+            "tags": {"type": "array", "items": {"enum": ["a", null, true, 3]}}
+        },
+        "required": ["path"],
+        "additionalProperties": false
+    });
+    let server = MockServer::start(vec![Reply::sse(text_stream("ok"))]).await;
+    let tool = ToolDefinition {
+        name: "read_file".into(),
+        description: "Reads \"a\" file.".into(),
+        parameters: schema.clone().into(),
+    };
+    let request = model_request("m", "", vec![Message::User { text: "hi".into() }], vec![tool]);
+    let (result, _) = complete(&server.client(), &request).await;
+    assert!(result.is_ok(), "{result:?}");
+    // The body as the wire structs serialize it (fields in their order), with the schema
+    // serialized from its value as before.
+    let expected = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"tools":[{{"type":"function","function":{{"name":"read_file","description":{},"parameters":{}}}}}],"stream":true,"stream_options":{{"include_usage":true}}}}"#,
+        serde_json::to_string("Reads \"a\" file.").unwrap(),
+        serde_json::to_string(&schema).unwrap()
+    );
+    let sent = &server.received()[0].raw_body;
+    assert_eq!(std::str::from_utf8(sent).unwrap(), expected, "the same bytes");
 }
 
 #[tokio::test]

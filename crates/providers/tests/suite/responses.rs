@@ -116,7 +116,8 @@ fn write_tool() -> ToolDefinition {
         name: "write_file".into(),
         description: "Write a file.".into(),
         parameters: json!({"type": "object", "properties": {"path": {"type": "string"},
-            "content": {"type": "string"}}, "required": ["path", "content"]}),
+            "content": {"type": "string"}}, "required": ["path", "content"]})
+        .into(),
     }
 }
 

@@ -51,7 +51,7 @@ fn read_file() -> ToolDefinition {
     ToolDefinition {
         name: "read_file".into(),
         description: "Read a file.".into(),
-        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}).into(),
     }
 }
 

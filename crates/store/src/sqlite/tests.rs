@@ -377,3 +377,66 @@ async fn migrating_a_version_2_file_backfills_usage_once() {
     };
     assert_eq!(version, SCHEMA_VERSION);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_a_file_ledger_do_not_wait_for_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("keel.sqlite")).unwrap());
+    let session_id = SessionId(Uuid::from_u128(1));
+    store.append(&[event(session_id, 1, "one".into())]).await.unwrap();
+
+    // The writer's connection is held (as during a group commit's fsync) while every kind
+    // of read runs: they use the read connections, so they finish meanwhile. Were they on
+    // the writer's connection, this test would hang (the guard below bounds that).
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (holding, held) = std::sync::mpsc::channel::<()>();
+    let writer = Arc::clone(&store.connection);
+    let holder = std::thread::spawn(move || {
+        let _guard = writer.lock().unwrap();
+        holding.send(()).unwrap();
+        released.recv().unwrap();
+    });
+    held.recv().unwrap();
+    let reads = async {
+        assert_eq!(store.read(session_id, Seq(0)).await.unwrap().len(), 1);
+        assert_eq!(store.read_kinds(session_id, &["tool_result"], Seq(9)).await.unwrap().len(), 1);
+        assert!(store.last_of_kind(session_id, "tool_result").await.unwrap().is_some());
+        assert_eq!(store.sessions().await.unwrap().len(), 1);
+        assert!(store.session(session_id).await.unwrap().is_some());
+        assert_eq!(store.resolve_session("0000").await.unwrap(), session_id);
+        // No cancel request is pending: answered without the writer too.
+        assert!(!store.take_cancel_request(session_id).await.unwrap());
+    };
+    tokio::time::timeout(Duration::from_secs(120), reads)
+        .await
+        .expect("reads finished while the writer was held");
+    release.send(()).unwrap();
+    holder.join().unwrap();
+
+    // An append made after the hold is seen by the next read (read connections see every
+    // commit made before the read began).
+    store.append(&[event(session_id, 2, "two".into())]).await.unwrap();
+    assert_eq!(store.read(session_id, Seq(1)).await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_requests_are_seen_by_this_handle_at_once_and_by_another_after_the_probe_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keel.sqlite");
+    let here = SqliteStore::open(&path).unwrap();
+    let there = SqliteStore::open(&path).unwrap();
+    let (s1, s2) = (SessionId(Uuid::from_u128(1)), SessionId(Uuid::from_u128(2)));
+
+    // A look that found nothing does not hide a request made through the same handle.
+    assert!(!here.take_cancel_request(s1).await.unwrap());
+    here.request_cancel(s1).await.unwrap();
+    assert!(here.take_cancel_request(s1).await.unwrap());
+    assert!(!here.take_cancel_request(s1).await.unwrap(), "taken only once");
+
+    // Another handle's request is seen once the last look is older than the TTL.
+    assert!(!here.take_cancel_request(s2).await.unwrap());
+    there.request_cancel(s2).await.unwrap();
+    tokio::time::sleep(CANCEL_PROBE_TTL + Duration::from_millis(20)).await;
+    assert!(here.take_cancel_request(s2).await.unwrap());
+    assert!(!there.take_cancel_request(s2).await.unwrap(), "the delete decides: one taker");
+}
