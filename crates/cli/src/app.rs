@@ -270,9 +270,9 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
         root::prepare(&home, &workspace, &settings(&options), None, &store, terminal_person())?;
     let task = read_task(task)?;
     let Assembly { kernel, resolved, outbox, mcp } =
-        root::assemble(prepared, &home, &workspace, store, printer(&options)).await?;
+        root::assemble(prepared, &home, &workspace, store.clone(), printer(&options)).await?;
     root::check_tool_names(&kernel, &resolved.envelope)?;
-    root::repair(&kernel).await;
+    root::repair(store).await;
     let session_id = kernel
         .create_session(&SessionConfig {
             workspace: workspace.clone(),

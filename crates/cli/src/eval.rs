@@ -21,8 +21,7 @@ pub(crate) async fn command(
 ) -> anyhow::Result<u8> {
     let (home, store) = open_store().await?;
     // Agent sessions of an experiment killed earlier may have open runs: close them.
-    let inert = root::inert_kernel(store.clone(), Arc::new(keel_kernel::NoopObserver))?;
-    root::repair(&inert).await;
+    root::repair(store.clone()).await;
     let on_attempt: Arc<dyn Fn(&AttemptRecord) + Send + Sync> = Arc::new(|record| {
         let reward =
             record.reward.map_or_else(|| "no reward".to_owned(), |r| format!("reward {r}"));

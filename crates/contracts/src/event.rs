@@ -548,7 +548,8 @@ pub enum EventKind {
         call_id: ToolCallId,
         /// The tool.
         tool: String,
-        /// The question's id within the session (`CALL#N`), for answering it.
+        /// The question's id within the session (`CALL.qN`, URL-path-safe: see
+        /// `keel_kernel::question_id`), for answering it.
         question: String,
         /// The MCP server that asks.
         server: String,

@@ -772,12 +772,22 @@ pub async fn assemble(
     Ok(Assembly { kernel, resolved, outbox, mcp })
 }
 
-/// Startup repair: runs left open by processes that died are closed now.
+/// Startup repair: runs left open by processes that died are closed now, by an
+/// [`inert_kernel`] on `store` that reports to no observer: the closed runs belong to other
+/// sessions, so their events never reach this run's printer, `--json` writer or ACP
+/// client. The one note per closed run goes to stderr.
 ///
 /// # Cancel safety
 ///
 /// As [`Kernel::repair_interrupted`].
-pub async fn repair(kernel: &Kernel) {
+pub async fn repair(store: Arc<dyn Store>) {
+    let kernel = match inert_kernel(store, Arc::new(keel_kernel::NoopObserver)) {
+        Ok(kernel) => kernel,
+        Err(error) => {
+            eprintln!("keel: could not check for interrupted runs: {error:#}");
+            return;
+        }
+    };
     match kernel.repair_interrupted().await {
         Ok(repaired) if !repaired.is_empty() => {
             for session in repaired {

@@ -48,3 +48,24 @@ impl Elicitor for CallElicitor {
         })
     }
 }
+
+/// The id of the `number`th question (from 1) asked during the call `call_id`:
+/// `CALL.qN`, e.g. `call_1_1.q1`. It goes into a URL path as it is (`POST
+/// /v1/sessions/ID/questions/QUESTION`): the call id comes from the provider and may hold
+/// any character, so every byte of it outside `A-Z a-z 0-9 _ -` is written `~HH` (two
+/// upper-case hex digits; a program's nested call `call_1_4/1` is `call_1_4~2F1`). The
+/// mapping is one-to-one, so two calls never share a question id, and the result holds
+/// only URL-unreserved characters (no `#`, `/`, `%` or `?`).
+pub fn question_id(call_id: &keel_contracts::ToolCallId, number: u32) -> String {
+    use std::fmt::Write as _;
+    let mut id = String::with_capacity(call_id.0.len() + 4);
+    for byte in call_id.0.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' {
+            id.push(char::from(byte));
+        } else {
+            let _ = write!(id, "~{byte:02X}");
+        }
+    }
+    let _ = write!(id, ".q{number}");
+    id
+}

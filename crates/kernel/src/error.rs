@@ -62,9 +62,12 @@ pub enum KernelError {
         /// Why.
         reason: String,
     },
-    /// `approve_plan` on a session that is not planning (not created in plan mode, or its
-    /// plan was approved already).
-    #[error("session {0} has no plan to approve: it is not in plan mode, or its plan was approved")]
+    /// `approve_plan` on a session that has no plan to approve (not created in plan mode,
+    /// no plan-mode run completed yet, or its plan was approved already).
+    #[error(
+        "session {0} has no plan to approve: it is not in plan mode, no plan-mode run of it \
+         has completed yet, or its plan was approved"
+    )]
     NotPlanning(SessionId),
 }
 

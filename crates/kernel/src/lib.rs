@@ -46,6 +46,7 @@ mod wait;
 
 pub use cancel::Cancellation;
 pub use codemode::CodeLimits;
+pub use elicit::question_id;
 pub use error::{KernelError, Result};
 pub use failpoint::{Failpoint, Failpoints, NoFailpoints};
 pub use kernel::{

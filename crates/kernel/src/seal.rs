@@ -58,8 +58,9 @@ impl Kernel {
     ///
     /// # Errors
     ///
-    /// [`KernelError::NotPlanning`] when the session was not created in plan mode or its
-    /// plan was approved already (nothing is appended); otherwise as
+    /// [`KernelError::NotPlanning`] when the session has no plan to approve: it was not
+    /// created in plan mode, no plan-mode run of it has completed yet (there is no plan),
+    /// or its plan was approved already (nothing is appended); otherwise as
     /// [`Kernel::seal_session`].
     ///
     /// # Cancel safety
@@ -67,14 +68,7 @@ impl Kernel {
     /// The plan is approved if and only if the append completed.
     pub async fn approve_plan(&self, session_id: SessionId, by: &str) -> Result<Seq> {
         let mut ledger = self.load_session(session_id).await?;
-        let planning = matches!(
-            ledger.first().map(|event| &event.kind),
-            Some(EventKind::SessionCreated { mode: keel_contracts::ExecutionMode::Plan, .. })
-        ) && !ledger
-            .events()
-            .iter()
-            .any(|event| matches!(event.kind, EventKind::PlanApproved { .. }));
-        if !planning {
+        if !has_plan_to_approve(ledger.events()) {
             return Err(crate::KernelError::NotPlanning(session_id));
         }
         self.take_lease(&mut ledger).await?;
@@ -83,4 +77,19 @@ impl Kernel {
         self.drop_lease(&mut ledger).await;
         Ok(seq)
     }
+}
+
+/// Whether a session's events (`events[0]` is `session_created`) hold a plan waiting for
+/// approval: the session was created in plan mode, at least one of its runs completed
+/// (every run before the approval is a plan-mode run, so that run's answer is the plan),
+/// and no `plan_approved` was recorded. The one rule behind [`Kernel::approve_plan`], so
+/// every caller (the CLI's `--approve-plan`, the HTTP API) refuses alike.
+fn has_plan_to_approve(events: &[keel_contracts::RuntimeEvent]) -> bool {
+    let plan_mode = matches!(
+        events.first().map(|event| &event.kind),
+        Some(EventKind::SessionCreated { mode: keel_contracts::ExecutionMode::Plan, .. })
+    );
+    let planned = events.iter().any(|event| matches!(event.kind, EventKind::RunCompleted { .. }));
+    let approved = events.iter().any(|event| matches!(event.kind, EventKind::PlanApproved { .. }));
+    plan_mode && planned && !approved
 }

@@ -366,7 +366,7 @@ impl<'a> CallState<'a> {
         use keel_contracts::{ElicitationAction, ElicitationAnswer, FormSchema};
         let crate::elicit::Asked { request, mut reply, .. } = asked;
         let tool_call = call.call;
-        let question = format!("{}#{number}", tool_call.call_id.0);
+        let question = crate::elicit::question_id(&tool_call.call_id, number);
         ledger.stage(
             call.turn,
             call.run,

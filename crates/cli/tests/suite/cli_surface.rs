@@ -781,3 +781,94 @@ fn the_test_environment_has_a_private_home() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(stdout(&output), "done\n");
 }
+
+/// Starts `keel run` on [`LONG_COMMAND`] in `ws`, waits until its command runs, and
+/// `kill -9`s it; returns the killed run's session id.
+fn kill_a_run(env: &Env, ws: &std::path::Path, known: &[String]) -> String {
+    let model = format!("scripted:{}", env.write_script("long.json", LONG_COMMAND).display());
+    let mut child = env
+        .keel()
+        .args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto"])
+        .args(["--sandbox", "bypass", "t"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let session = loop {
+        let listed = stdout(&env.run(&["sessions", "--json"]));
+        let started = listed
+            .lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .map(|session| session["session_id"].as_str().unwrap().to_owned())
+            .filter(|id| !known.contains(id))
+            .find(|id| stdout(&env.run(&["log", id, "-v"])).contains("run call_1_1: bash"));
+        if let Some(id) = started {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "the run never started its command");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    session
+}
+
+#[test]
+fn a_killed_runs_leftovers_stay_out_of_the_next_unrelated_run() {
+    let env = Env::new();
+    let ws_a = env.workspace();
+    let ws_b = env.scratch.path().join("b");
+    std::fs::create_dir_all(&ws_b).unwrap();
+    let hello = env.write_script("hello.json", r#"{"steps":[{"text":"hello there"}]}"#);
+    let hello = format!("scripted:{}", hello.display());
+    let run_b = |format: &[&str]| {
+        let mut args = vec!["run", "-C", ws_b.to_str().unwrap(), "-m", &hello];
+        args.extend_from_slice(format);
+        args.push("say hello");
+        let output = env.run(&args);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        output
+    };
+    let mut known = Vec::new();
+    let closed_once = |output: &std::process::Output, killed: &str| {
+        let err = stderr(output);
+        let note = format!("keel: closed the interrupted run of session {killed}");
+        assert_eq!(err.matches(&note).count(), 1, "{err}");
+        // None of the other session's events, and nothing shown as a sub-agent's.
+        for leftover in ["indeterminate", "interrupted:", "┊"] {
+            assert!(!err.contains(leftover), "{leftover:?} in {err}");
+        }
+    };
+
+    // The terminal view.
+    let killed = kill_a_run(&env, &ws_a, &known);
+    known.push(killed.clone());
+    let output = run_b(&[]);
+    closed_once(&output, &killed);
+    assert_eq!(stdout(&output), "hello there\n", "{}", stderr(&output));
+    assert!(stderr(&output).contains("✓ completed"), "{}", stderr(&output));
+
+    // --json: only this run's session, from its session_created on.
+    let killed = kill_a_run(&env, &ws_a, &known);
+    known.push(killed.clone());
+    let output = run_b(&["--json"]);
+    closed_once(&output, &killed);
+    let events = json_lines(&output);
+    assert_eq!(events[0]["kind"], "session_created", "{events:?}");
+    let session = events[0]["session_id"].as_str().unwrap();
+    assert_ne!(session, killed);
+    assert!(events.iter().all(|e| e["session_id"] == session), "{events:?}");
+    assert!(events.iter().all(|e| e["kind"] != "run_failed"), "{events:?}");
+
+    // -q: the answer, once, plain.
+    let killed = kill_a_run(&env, &ws_a, &known);
+    let output = run_b(&["-q"]);
+    closed_once(&output, &killed);
+    assert_eq!(stdout(&output), "hello there\n");
+    // The killed runs were closed for real: their sessions are no longer running.
+    for id in known.iter().chain([&killed]) {
+        let log = stdout(&env.run(&["log", id, "--json"]));
+        assert!(log.contains("\"run_failed\""), "{log}");
+    }
+}

@@ -170,3 +170,36 @@ fn plan_mode_e2e_plans_then_resume_approve_plan_carries_it_out() {
     let again = env.run(&["resume", &session, "--approve-plan", "--approval", "auto"]);
     assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
 }
+
+#[test]
+fn redteam_plan_mode_resume_approve_plan_needs_a_plan() {
+    let env = Env::new();
+    let ws = env.workspace();
+    // The plan-mode run fails before it completes (the script's expectation fails), so
+    // the session has no plan.
+    let model = scripted(
+        &env,
+        &json!({"steps": [
+            {"text": "Plan: write b.txt.", "expect": {"contains": "a phrase the request lacks"}}
+        ]})
+        .to_string(),
+    );
+    let args = ["run", "-C", ws.to_str().unwrap(), "-m", &model, "--mode", "plan", "-q", "p"];
+    let output = env.run(&args);
+    assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
+    let listed = env.run(&["sessions", "--json"]);
+    let session: Value = serde_json::from_str(stdout(&listed).lines().next().unwrap()).unwrap();
+    let session = session["session_id"].as_str().unwrap().to_owned();
+
+    let output = env.run(&["resume", &session, "--approve-plan", "--approval", "auto", "-q"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("no plan to approve"), "{}", stderr(&output));
+    let log: Vec<Value> = stdout(&env.run(&["log", &session, "--json"]))
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(log.iter().filter(|e| e["kind"] == "plan_approved").count(), 0);
+    assert_eq!(log.iter().filter(|e| e["kind"] == "run_started").count(), 1, "a run started");
+    // The neighbour (a completed plan is approved and carried out) is
+    // plan_mode_e2e_plans_then_resume_approve_plan_carries_it_out.
+}

@@ -609,6 +609,51 @@ async fn serve_plan_mode_then_approve_plan_runs_it_live() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redteam_serve_plan_approve_before_any_plan_is_refused() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let write = json!({"name": "write_file", "arguments": {"path": "e.txt", "content": "e\n"}});
+    let script = env.write_script(
+        "plan.json",
+        &json!({"steps": [
+            {"tool_calls": [write]},
+            {"text": "Plan: write e.txt.", "expect": {"last_outcomes": ["refused"]}},
+            {"tool_calls": [write], "expect": {"contains": "approved"}},
+            {"text": "e.txt written.", "expect": {"last_outcomes": ["ok"]}}
+        ]})
+        .to_string(),
+    );
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let (status, body) = client
+        .post(
+            "/v1/sessions",
+            json!({"workspace": workspace, "model": format!("scripted:{}", script.display()),
+                   "approval": "auto", "mode": "plan"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let session = body["session_id"].as_str().unwrap().to_owned();
+    // No turn yet, so no plan: approving is refused and nothing runs.
+    let path = format!("/v1/sessions/{session}/plan/approve");
+    let (status, body) = client.post(&path, json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "not_planning");
+    let events = ledger(&env, &session);
+    assert!(events.iter().all(|e| e["kind"] != "plan_approved" && e["kind"] != "run_started"));
+    assert!(!workspace.join("e.txt").exists(), "an unplanned approval wrote");
+    // The neighbour: after the plan-mode turn, the approval is accepted and runs live.
+    let (status, _) =
+        client.post(&format!("/v1/sessions/{session}/turns"), json!({"input": "plan e"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    client.wait_state(&session, "completed").await;
+    let (status, body) = client.post(&path, json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    client.wait_state(&session, "completed").await;
+    assert_eq!(std::fs::read_to_string(workspace.join("e.txt")).unwrap(), "e\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_an_unanswered_request_ends_as_deny_after_the_approval_timeout() {
     let env = Env::new();
     let workspace = env.workspace();
@@ -1374,7 +1419,9 @@ async fn redteam_mcp_elicit_a_hosted_question_is_pending_checked_and_answered_ov
     assert_eq!(serde_json::from_str::<Value>(&pending.data).unwrap()["question"], id);
     drop(stream);
     // Answers that do not fit the form are refused and nothing is sent.
-    let path = format!("/v1/sessions/{session}/questions/{}", urlencoding(&id));
+    // The id goes into the path as it is (no `#` to start a fragment).
+    assert!(id.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.~".contains(&b)), "{id}");
+    let path = format!("/v1/sessions/{session}/questions/{id}");
     for bad in [
         json!({"action": "accept", "content": {"color": "green"}}),
         json!({"action": "accept", "content": {"name": "Bo", "color": "blue"}}),
@@ -1486,16 +1533,4 @@ async fn serve_kill_9_with_a_pending_question_then_restart_records_it_cancelled(
     assert_eq!(cancelled["by"], "keel", "{cancelled}");
     assert!(cancelled["reason"].as_str().unwrap().starts_with("keel stopped"), "{cancelled}");
     drop(client);
-}
-
-/// A question id (`CALL#N`) as one path segment.
-fn urlencoding(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
 }

@@ -364,7 +364,7 @@ impl AcpAgent {
                 .map_err(|error| root_error(&error))?;
         root::check_tool_names(&assembly.kernel, &assembly.resolved.envelope)
             .map_err(|error| root_error(&error))?;
-        root::repair(&assembly.kernel).await;
+        root::repair(self.store.clone()).await;
         Ok(assembly)
     }
 

@@ -62,7 +62,8 @@ pub(crate) async fn post_input(
 
 /// 202 `{approved_seq, turn_id, run_id}`: `plan_approved` is recorded (by the remote
 /// person) and the live turn that carries the plan out has started. 409 `not_planning`
-/// when the session is not in plan mode or its plan was approved, 409 `run_active` while a
+/// when the session has no plan to approve (not in plan mode, no plan-mode run completed
+/// yet, or its plan was approved; the rule is `Kernel::approve_plan`'s), 409 `run_active` while a
 /// run is active.
 pub(crate) async fn post_approve_plan(
     State(state): State<AppState>,

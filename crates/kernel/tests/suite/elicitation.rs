@@ -115,6 +115,38 @@ async fn a_question_is_recorded_asked_and_its_answer_checked_and_kept_from_the_m
     let result = kinds.iter().position(|k| *k == "tool_result").unwrap();
     assert!(asked < answer && answer < result, "{kinds:?}");
     assert_eq!(answered(&events), vec![(ElicitationAction::Accept, "user".to_owned())]);
+    // The question id goes into a URL path as it is: no `#`.
+    let question = events.iter().find_map(|event| match &event.kind {
+        EventKind::ElicitationRequested { call_id, question, .. } => {
+            Some((call_id.0.clone(), question.clone()))
+        }
+        _ => None,
+    });
+    let (call, question) = question.unwrap();
+    assert_eq!(question, format!("{call}.q1"));
+}
+
+#[test]
+fn question_ids_are_url_path_safe_whatever_the_provider_call_id() {
+    use keel_contracts::ToolCallId;
+    let id = |call: &str, n| keel_kernel::question_id(&ToolCallId(call.to_owned()), n);
+    assert_eq!(id("call_1_1", 1), "call_1_1.q1");
+    assert_eq!(id("toolu_01-AbZ", 12), "toolu_01-AbZ.q12");
+    // A program's nested call, and a provider id with what a URL path cannot carry.
+    assert_eq!(id("call_1_4/1", 2), "call_1_4~2F1.q2");
+    assert_eq!(id("a#b?c%d e.f~g", 1), "a~23b~3Fc~25d~20e~2Ef~7Eg.q1");
+    assert_eq!(id("é", 1), "~C3~A9.q1");
+    for call in ["x.q1", "x~2Eq1", "x/1", "x~2F1", "", "~"] {
+        let question = id(call, 1);
+        assert!(
+            question.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.~".contains(&b)),
+            "{question}"
+        );
+    }
+    // One to one: calls that differ never share a question id.
+    assert_ne!(id("x.q1", 1), id("x", 1));
+    assert_ne!(id("x/1", 1), id("x~2F1", 1));
+    assert_ne!(id("x.q1", 1), id("x~2Eq1", 1));
 }
 
 #[tokio::test]

@@ -96,3 +96,22 @@ async fn plan_approval_is_refused_for_a_session_that_is_not_planning() {
     assert!(matches!(kernel.approve_plan(session, "user").await, Err(KernelError::NotPlanning(_))));
     assert!(!harness.render(session).await.contains("plan_approved"));
 }
+
+#[tokio::test]
+async fn redteam_plan_approval_is_refused_before_any_plan_exists() {
+    let mut harness = Harness::new();
+    harness.mode = ExecutionMode::Plan;
+    let kernel = harness.kernel(PLAN_THEN_CARRY_OUT);
+    let session = harness.session(&kernel).await;
+    // No plan-mode run has completed: there is no plan to approve.
+    assert!(matches!(kernel.approve_plan(session, "user").await, Err(KernelError::NotPlanning(_))));
+    assert!(!harness.render(session).await.contains("plan_approved"));
+    // The neighbour: once the plan-mode run completed, the same approval is accepted.
+    let report = kernel
+        .run_turn(session, "plan b", &harness.run_config(), &Cancellation::new())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, TurnOutcome::Completed { text: "Plan: 1. write b".into() });
+    kernel.approve_plan(session, "user").await.unwrap();
+    assert!(harness.render(session).await.contains("plan_approved"));
+}
