@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::config::{ServerSpec, TransportSpec};
+use crate::connection::Secrets;
 
 /// How long the user has to finish the browser step, unless the caller says otherwise.
 pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(300);
@@ -352,13 +353,15 @@ struct FileCredentialStore {
     /// Whether a step-up challenge noted in the file is kept on writes (a connection's
     /// refresh), or dropped (a login, which asked for those scopes).
     keep_step_up: bool,
+    /// A connection's: where the tokens it saves are added, for redaction.
+    secrets: Option<Secrets>,
 }
 
 impl FileCredentialStore {
     fn new(path: PathBuf, mut template: OAuthRecord, keep_step_up: bool) -> FileCredentialStore {
         template.credentials = None;
         template.step_up = None;
-        FileCredentialStore { path, template, refresh: Arc::default(), keep_step_up }
+        FileCredentialStore { path, template, refresh: Arc::default(), keep_step_up, secrets: None }
     }
 
     fn write(&self, credentials: Option<StoredCredentials>) -> Result<(), AuthError> {
@@ -372,6 +375,9 @@ impl FileCredentialStore {
             None
         };
         let record = OAuthRecord { credentials, step_up, ..self.template.clone() };
+        if let Some(secrets) = &self.secrets {
+            secrets.add(record.secrets());
+        }
         write_record(&self.path, &record)
             .map_err(|error| AuthError::CredentialStoreError(error.to_string()))
     }
@@ -423,8 +429,8 @@ pub(crate) fn note_step_up(store: &OAuthStore, url: &str, challenge: &str) {
 }
 
 /// For a connection: an rmcp authorization manager over the login stored for `url`,
-/// or `None` when there is none (or it holds no tokens). Also returns the record's
-/// secrets, for redaction.
+/// or `None` when there is none (or it holds no tokens). The record's secrets, and those
+/// of every later refresh, are added to `secrets` (for redaction).
 ///
 /// # Errors
 ///
@@ -433,13 +439,14 @@ pub(crate) fn note_step_up(store: &OAuthStore, url: &str, challenge: &str) {
 pub(crate) async fn authorized_manager(
     store: &OAuthStore,
     url: &str,
-) -> Result<Option<(AuthorizationManager, Vec<String>)>, OAuthError> {
+    secrets: &Secrets,
+) -> Result<Option<AuthorizationManager>, OAuthError> {
     let Some(record) = store.load(url)? else { return Ok(None) };
     if record.credentials.is_none() {
         return Ok(None);
     }
     let path = store.path_for(url)?;
-    let secrets = record.secrets();
+    secrets.add(record.secrets());
     let mut manager = AuthorizationManager::new(record.server_url.as_str())
         .await
         .map_err(|e| OAuthError::auth(&e))?;
@@ -449,8 +456,10 @@ pub(crate) async fn authorized_manager(
         config = config.with_client_secret(secret.clone());
     }
     manager.configure_client(config).map_err(|e| OAuthError::auth(&e))?;
-    manager.set_credential_store(FileCredentialStore::new(path, record, true));
-    Ok(Some((manager, secrets)))
+    let mut credentials = FileCredentialStore::new(path, record, true);
+    credentials.secrets = Some(secrets.clone());
+    manager.set_credential_store(credentials);
+    Ok(Some(manager))
 }
 
 /// Sends the user to the authorization URL: a real browser for `keel mcp login`, an HTTP
