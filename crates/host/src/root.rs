@@ -368,6 +368,14 @@ pub fn resolve(
         allow: parse_rules(&config.permissions.allow)?,
         deny: parse_rules(&config.permissions.deny)?,
     };
+    // A server-wide allow would approve tools the server lists later, unseen: deny only.
+    if let Some(rule) = rules.allow.iter().find(|rule| rule.is_server_wide()) {
+        return Err(usage(format!(
+            "config: allow rule '{}': mcp__SERVER__* is supported in deny rules and --forbid \
+             only; allow each tool by name",
+            rule.text
+        )));
+    }
     if let Some(rule) = keel_home_rule(workspace)? {
         rules.deny.push(rule);
     }
@@ -661,11 +669,19 @@ pub fn check_tool_names(kernel: &Kernel, envelope: &Envelope) -> anyhow::Result<
                 .extend(names.iter().filter(|name| !known.contains(name)).map(|name| (flag, name)));
         }
     }
+    for name in &envelope.forbidden {
+        if let Err(reason) = keel_contracts::check_tool_name_pattern(name) {
+            return Err(usage(format!(
+                "invalid tool name '{name}' in --forbid (or the [envelope] config): {reason}"
+            )));
+        }
+    }
+    // `mcp__SERVER__*` covers tools the server may list later: known or not, it stands.
     unknown.extend(
         envelope
             .forbidden
             .iter()
-            .filter(|name| !known.contains(name))
+            .filter(|name| !known.contains(name) && !is_server_wide(name))
             .map(|name| ("--forbid", name)),
     );
     if let Some((flag, name)) = unknown.first() {
@@ -675,6 +691,11 @@ pub fn check_tool_names(kernel: &Kernel, envelope: &Envelope) -> anyhow::Result<
         )));
     }
     Ok(())
+}
+
+/// Whether `name` is `mcp__SERVER__*` (checked with `check_tool_name_pattern` already).
+fn is_server_wide(name: &str) -> bool {
+    name.starts_with("mcp__") && name.ends_with("__*")
 }
 
 /// A run's parts, resolved but not started: the merged config and the resolved settings.
