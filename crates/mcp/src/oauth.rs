@@ -282,14 +282,70 @@ impl OAuthStore {
     }
 }
 
-fn read_record(path: &Path, canonical: &str) -> Result<Option<OAuthRecord>, OAuthError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
+/// The most a token file may hold.
+const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+/// Refuses a token folder that is a symbolic link or not a folder (its target would get
+/// the tokens, and a `chmod`); an absent one is fine.
+fn check_dir(dir: &Path, path: &Path) -> Result<(), OAuthError> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(OAuthError::Store {
+            path: path.to_owned(),
+            message: format!(
+                "{} is a symbolic link or not a folder; keel keeps tokens only in a real folder \
+                 (remove it and log in again)",
+                dir.display()
+            ),
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(OAuthError::Store { path: path.to_owned(), message: error.to_string() }),
+    }
+}
+
+/// The bytes of the token file at `path`, `None` when absent. Opened without following a
+/// symbolic link and without blocking (a FIFO would hang keel); only a regular file is read.
+fn read_token_file(path: &Path) -> Result<Option<Vec<u8>>, OAuthError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let refused = |message: String| OAuthError::Store { path: path.to_owned(), message };
+    if let Some(dir) = path.parent() {
+        check_dir(dir, path)?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let file = match file {
+        Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => {
-            return Err(OAuthError::Store { path: path.to_owned(), message: error.to_string() });
+        Err(error) if error.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(refused(
+                "the token file is a symbolic link; keel reads only a regular file (remove it \
+                 and log in again)"
+                    .into(),
+            ));
         }
+        Err(error) => return Err(refused(error.to_string())),
     };
+    let meta = file.metadata().map_err(|error| refused(error.to_string()))?;
+    if !meta.is_file() {
+        return Err(refused(
+            "the token file is not a regular file (remove it and log in again)".into(),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORD_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| refused(error.to_string()))?;
+    if bytes.len() as u64 > MAX_RECORD_BYTES {
+        return Err(refused("the token file is larger than 1 MiB".into()));
+    }
+    Ok(Some(bytes))
+}
+
+fn read_record(path: &Path, canonical: &str) -> Result<Option<OAuthRecord>, OAuthError> {
+    let Some(bytes) = read_token_file(path)? else { return Ok(None) };
     let record: OAuthRecord =
         serde_json::from_slice(&bytes).map_err(|error| OAuthError::Store {
             path: path.to_owned(),
@@ -309,7 +365,10 @@ fn write_record(path: &Path, record: &OAuthRecord) -> Result<(), OAuthError> {
         path: path.to_owned(),
         message: "no parent folder".into(),
     })?;
+    check_dir(dir, path)?;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(store_error)?;
+    // Checked again once it exists: a symlink put there meanwhile is not chmodded.
+    check_dir(dir, path)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(store_error)?;
     let bytes = serde_json::to_vec_pretty(record)
         .map_err(|error| OAuthError::Store { path: path.to_owned(), message: error.to_string() })?;

@@ -385,3 +385,67 @@ async fn redteam_mcp_oauth_a_static_bearer_token_and_header_echoed_back_are_reda
     );
     servers.close().await;
 }
+
+#[tokio::test]
+async fn redteam_mcp_oauth_a_fifo_or_symlinked_token_file_or_folder_is_refused() {
+    let server = AuthServer::start(Knobs::default()).await;
+    let scratch = Scratch::new();
+    let store = store(&scratch);
+    let path = store.path_for(&server.url()).unwrap();
+    let start = || async {
+        let started = std::time::Instant::now();
+        let servers = tokio::time::timeout(
+            Duration::from_secs(15),
+            start_with_store(&scratch, vec![server.spec("remote")]),
+        )
+        .await
+        .expect("keel hung on the token file");
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        let reason = failure(&servers, 0);
+        servers.close().await;
+        reason
+    };
+
+    // A FIFO where the token file goes: refused at once, not waited on.
+    std::fs::create_dir_all(store.dir()).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(&path).status().unwrap();
+    assert!(made.success());
+    let reason = start().await;
+    assert!(reason.contains("not a regular file"), "{reason}");
+    assert!(!store.has_login(&server.url()));
+    std::fs::remove_file(&path).unwrap();
+
+    // A symlinked token file (to a real login elsewhere) is not followed.
+    let report = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .unwrap();
+    let elsewhere = scratch.dir.path().join("elsewhere.json");
+    std::fs::rename(&report.token_file, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+    let reason = start().await;
+    assert!(reason.contains("symbolic link"), "{reason}");
+    std::fs::remove_file(&path).unwrap();
+
+    // A symlinked folder is neither written into nor chmodded.
+    let target = scratch.dir.path().join("target");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let moved = scratch.dir.path().join("moved-oauth");
+    std::fs::rename(store.dir(), &moved).unwrap();
+    std::os::unix::fs::symlink(&target, store.dir()).unwrap();
+    let error = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("symbolic link"), "{error}");
+    assert_eq!(mode(&target), 0o755);
+    assert!(std::fs::read_dir(&target).unwrap().next().is_none());
+    let reason = start().await;
+    assert!(reason.contains("symbolic link"), "{reason}");
+
+    // The neighbour: a real folder and file work again.
+    std::fs::remove_file(store.dir()).unwrap();
+    oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser).await.unwrap();
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    servers.close().await;
+}
