@@ -152,7 +152,8 @@ pub enum Authorization {
 /// assert!(matches!(authorize_tool_invocation(&spec, &envelope), Authorization::Refuse { .. }));
 /// ```
 pub fn authorize_tool_invocation(tool: &ToolSpec, envelope: &Envelope) -> Authorization {
-    if envelope.forbidden.contains(&tool.name) {
+    // `mcp__SERVER__*` forbids every tool of that server (see `tool_name_covers`).
+    if envelope.forbidden.iter().any(|name| crate::tool_name_covers(name, &tool.name)) {
         return Authorization::Refuse { reason: REFUSAL_FORBIDDEN };
     }
     if tool.intrinsic {
@@ -314,6 +315,25 @@ mod tests {
                 "all",
                 &["read_file"],
                 Authorization::Refuse { reason: REFUSAL_FORBIDDEN },
+            ),
+            // `mcp__SERVER__*` forbids every tool of that server, and no other server's.
+            (
+                "mcp__evil__new_tool",
+                Read,
+                false,
+                "all",
+                "all",
+                &["mcp__evil__*"],
+                Authorization::Refuse { reason: REFUSAL_FORBIDDEN },
+            ),
+            (
+                "mcp__good__read",
+                Read,
+                false,
+                "all",
+                "all",
+                &["mcp__evil__*"],
+                Authorization::Allow { reason: "scope.reads" },
             ),
             // Intrinsic tools are exempt from scope but refusable through forbidden.
             ("todo", Write, true, "", "", &[], Authorization::Allow { reason: "intrinsic" }),

@@ -72,7 +72,8 @@ pub use message::{
 pub use model::{ModelClient, ModelError, ModelErrorKind, ModelInfo};
 pub use pricing::{Price, cost_usd};
 pub use rules::{
-    CallFacts, CommandLine, DeniedPaths, PATH_RULE, PermissionRules, Rule, RuleError, SimpleCommand,
+    CallFacts, CommandLine, DeniedPaths, PATH_RULE, PermissionRules, Rule, RuleError,
+    SimpleCommand, TOOL_WILDCARD_REFUSAL, check_tool_name_pattern, tool_name_covers,
 };
 pub use store::{
     AppendError, Lease, LeaseError, ReadError, ResolveError, SessionStatus, SessionSummary, Store,

@@ -240,6 +240,62 @@ fn covers(pattern: &str, path: &str) -> bool {
     })
 }
 
+/// Why a tool name with a wildcard is refused: only `mcp__SERVER__*` is supported.
+pub const TOOL_WILDCARD_REFUSAL: &str = "a '*' or '?' in a tool name is supported only as \
+    mcp__SERVER__* (every tool of one MCP server, SERVER of letters, digits, '_' and '-')";
+
+/// Checks a tool name of a deny rule or `--forbid`: a plain name, or `mcp__SERVER__*`, every
+/// tool of MCP server SERVER (those it lists later included). Any other `*` or `?` is
+/// refused, so a wildcard that would deny nothing fails closed.
+///
+/// # Errors
+///
+/// [`TOOL_WILDCARD_REFUSAL`] for any other wildcard.
+///
+/// # Examples
+///
+/// ```
+/// use keel_contracts::check_tool_name_pattern;
+/// assert!(check_tool_name_pattern("bash").is_ok());
+/// assert!(check_tool_name_pattern("mcp__evil__*").is_ok());
+/// assert!(check_tool_name_pattern("mcp__*").is_err());
+/// assert!(check_tool_name_pattern("bash*").is_err());
+/// ```
+pub fn check_tool_name_pattern(name: &str) -> Result<(), &'static str> {
+    if !name.contains(['*', '?']) || server_wildcard(name).is_some() {
+        Ok(())
+    } else {
+        Err(TOOL_WILDCARD_REFUSAL)
+    }
+}
+
+/// `mcp__SERVER__` for a server-wide name `mcp__SERVER__*`, else `None`.
+fn server_wildcard(name: &str) -> Option<&str> {
+    let prefix = name.strip_suffix('*')?;
+    let server = prefix.strip_prefix("mcp__")?.strip_suffix("__")?;
+    let valid = !server.is_empty()
+        && server.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    valid.then_some(prefix)
+}
+
+/// Whether the tool name of a rule or `--forbid` entry (`name`: a plain name or
+/// `mcp__SERVER__*`, see [`check_tool_name_pattern`]) covers the tool called `tool`.
+///
+/// # Examples
+///
+/// ```
+/// use keel_contracts::tool_name_covers;
+/// assert!(tool_name_covers("mcp__evil__*", "mcp__evil__renamed"));
+/// assert!(!tool_name_covers("mcp__evil__*", "mcp__good__read"));
+/// assert!(tool_name_covers("bash", "bash"));
+/// ```
+pub fn tool_name_covers(name: &str, tool: &str) -> bool {
+    match server_wildcard(name) {
+        Some(prefix) => tool.len() > prefix.len() && tool.starts_with(prefix),
+        None => name == tool,
+    }
+}
+
 /// One parsed rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rule {
@@ -264,7 +320,8 @@ impl Rule {
     ///
     /// # Errors
     ///
-    /// [`RuleError`] for an empty tool name, an unclosed parenthesis or an empty pattern.
+    /// [`RuleError`] for an empty tool name, an unclosed parenthesis, an empty pattern or
+    /// a wildcard in the tool name other than `mcp__SERVER__*` ([`check_tool_name_pattern`]).
     pub fn parse(text: &str) -> Result<Rule, RuleError> {
         let error = |reason| RuleError { rule: text.to_owned(), reason };
         let trimmed = text.trim();
@@ -286,6 +343,7 @@ impl Rule {
         if tool.is_empty() || tool.contains(char::is_whitespace) {
             return Err(error("the tool name is empty or has spaces"));
         }
+        check_tool_name_pattern(tool).map_err(error)?;
         if tool == PATH_RULE && pattern.is_none() {
             return Err(error("path needs a pattern: path(secrets/**)"));
         }
@@ -312,8 +370,13 @@ impl Rule {
         &self.tool
     }
 
+    /// Whether the rule names a set of tools (`mcp__SERVER__*`) rather than one.
+    pub fn is_server_wide(&self) -> bool {
+        server_wildcard(&self.tool).is_some()
+    }
+
     fn matches(&self, tool: &str, primary: Option<&str>) -> bool {
-        if self.tool != tool {
+        if !tool_name_covers(&self.tool, tool) {
             return false;
         }
         match (&self.pattern, primary) {
@@ -327,7 +390,7 @@ impl Rule {
     /// the path matches, or it is an ancestor of the pattern's fixed prefix (a recursive
     /// `grep` or `glob` over `.` reaches `docs/private/**`).
     fn touches(&self, tool: &str, path: &str, workspace: &str) -> bool {
-        if self.tool != tool {
+        if !tool_name_covers(&self.tool, tool) {
             return false;
         }
         let Some(pattern) = &self.pattern else { return true };
@@ -870,9 +933,68 @@ rm x",
             "read_file(\"secret/**\")",
             "path($PWD/x)",
             "read_file(a\\b)",
+            "mcp__*",
+            "mcp__evil*",
+            "mcp__evil__x*",
+            "mcp__evil__?",
+            "mcp__ev*l__*",
+            "mcp____*",
+            "mcp__a.b__*",
+            "evil__*",
+            "bash*",
+            "*",
         ] {
             assert!(Rule::parse(bad).is_err(), "{bad:?}");
         }
+        let error = Rule::parse("mcp__evil*").unwrap_err();
+        assert_eq!(error.reason, TOOL_WILDCARD_REFUSAL);
+    }
+
+    /// `mcp__SERVER__*` covers every tool of that server, and only tools: not the server
+    /// prefix itself, not another server whose name starts the same.
+    #[test]
+    fn redteam_rules_a_server_wide_deny_covers_every_tool_of_that_server_only() {
+        let set = rules(&["mcp__evil__*", "mcp__good__*"], &["mcp__evil__*"]);
+        let decide = |tool: &str, arguments: serde_json::Value| {
+            set.decide(tool, &arguments, "/ws").map(|(answer, rule)| (answer, rule.text.clone()))
+        };
+        let deny = Some((PermissionAnswer::Deny, "mcp__evil__*".to_owned()));
+        assert_eq!(decide("mcp__evil__read", json!({})), deny);
+        assert_eq!(decide("mcp__evil__renamed_later", json!({"path": "a"})), deny);
+        assert_eq!(decide("mcp__evil__run", json!({"command": "ls"})), deny);
+        assert_eq!(decide("mcp__evil__fetch", json!({"url": "http://x"})), deny);
+        // The neighbours: another server, a server whose name starts the same, the bare
+        // prefix, a built-in.
+        let allow = Some((PermissionAnswer::AllowOnce, "mcp__good__*".to_owned()));
+        assert_eq!(decide("mcp__good__read", json!({"path": "a"})), allow);
+        assert_eq!(decide("mcp__evilx__read", json!({})), None);
+        assert_eq!(decide("mcp__evil__", json!({})), None);
+        assert_eq!(decide("read_file", json!({"path": "a"})), None);
+        assert!(Rule::parse("mcp__evil__*").unwrap().is_server_wide());
+        assert!(!Rule::parse("mcp__evil__read").unwrap().is_server_wide());
+        assert!(!Rule::parse("bash(x*)").unwrap().is_server_wide());
+    }
+
+    #[test]
+    fn tool_name_patterns_table() {
+        for (name, tool, covers) in [
+            ("mcp__s__*", "mcp__s__t", true),
+            ("mcp__s-1__*", "mcp__s-1__t", true),
+            ("mcp__s__*", "mcp__s__", false),
+            ("mcp__s__*", "mcp__s_t", false),
+            ("mcp__s__*", "mcp__t__x", false),
+            ("mcp__s__t", "mcp__s__t", true),
+            ("mcp__s__t", "mcp__s__tt", false),
+            ("bash", "bash", true),
+            ("bash", "bash2", false),
+            ("mcp__*", "mcp__s__t", false),
+        ] {
+            assert_eq!(tool_name_covers(name, tool), covers, "{name} {tool}");
+        }
+        assert_eq!(check_tool_name_pattern("mcp__s__*"), Ok(()));
+        assert_eq!(check_tool_name_pattern("bash"), Ok(()));
+        assert_eq!(check_tool_name_pattern("mcp__s__?"), Err(TOOL_WILDCARD_REFUSAL));
+        assert_eq!(check_tool_name_pattern("ba?h"), Err(TOOL_WILDCARD_REFUSAL));
     }
 
     #[test]

@@ -10,7 +10,6 @@ use keel_mcp::{
 };
 
 use crate::config::ConfigFile;
-use crate::root::usage;
 
 /// The configured servers, started, with their tools. Start-up failures are reported on
 /// stderr and are not fatal; an invalid `[mcp_servers.NAME]` table is a usage error.
@@ -56,7 +55,7 @@ pub async fn start(
 ) -> anyhow::Result<Started> {
     let mut specs = Vec::new();
     for (name, server) in &config.mcp_servers {
-        specs.push(server.validate(name).map_err(|error| usage(format!("config: {error}")))?);
+        specs.push(server.validate(name).map_err(crate::root::config_error)?);
     }
     let bearer_tokens = BearerTokens::from_env(&specs);
     let options = StartOptions {

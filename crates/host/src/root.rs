@@ -116,6 +116,13 @@ pub fn usage(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(message.into()))
 }
 
+/// A configuration error (a [`usage`] error): `config: TEXT`, with control characters in
+/// TEXT — a repository's rule, server name or value may hold a newline — shown escaped,
+/// so it cannot forge lines on stderr.
+pub fn config_error(text: impl std::fmt::Display) -> anyhow::Error {
+    usage(format!("config: {}", crate::safe_read::visible(&text.to_string(), false)))
+}
+
 /// Whether `error` is a usage or configuration error (see [`usage`]).
 pub fn is_usage(error: &anyhow::Error) -> bool {
     error.downcast_ref::<UsageError>().is_some()
@@ -210,7 +217,7 @@ pub fn resolve(
             None | Some("live") => ExecutionMode::Live,
             Some("shadow") => ExecutionMode::Shadow,
             Some("plan") => ExecutionMode::Plan,
-            Some(other) => return Err(usage(format!("config: unknown mode '{other}'"))),
+            Some(other) => return Err(config_error(format!("unknown mode '{other}'"))),
         },
     };
     let sandbox = match options.sandbox {
@@ -218,7 +225,7 @@ pub fn resolve(
         None => match config.sandbox.as_deref() {
             None | Some("managed") => SandboxMode::Managed,
             Some("bypass") => SandboxMode::Bypass,
-            Some(other) => return Err(usage(format!("config: unknown sandbox '{other}'"))),
+            Some(other) => return Err(config_error(format!("unknown sandbox '{other}'"))),
         },
     };
     let terminal = person.is_some();
@@ -230,7 +237,7 @@ pub fn resolve(
             Some("auto") => ApprovalMode::Auto,
             Some("sandboxed") => ApprovalMode::Sandboxed,
             Some("deny") => ApprovalMode::Deny,
-            Some(other) => return Err(usage(format!("config: unknown approval '{other}'"))),
+            Some(other) => return Err(config_error(format!("unknown approval '{other}'"))),
             // Headless runs must never hang on a prompt: without a terminal the default
             // answer is deny (fail closed); a refused call says why in the view.
             None if terminal => ApprovalMode::Ask,
@@ -359,15 +366,20 @@ pub fn resolve(
     let counter = crate::tokens::counter_for(provider, model_name);
     let (base_url, recorded_base_url) = endpoint(options, config, &model_spec, session);
     let parse_rules = |texts: &[String]| -> anyhow::Result<Vec<Rule>> {
-        texts
-            .iter()
-            .map(|text| Rule::parse(text).map_err(|e| usage(format!("config: {e}"))))
-            .collect()
+        texts.iter().map(|text| Rule::parse(text).map_err(config_error)).collect()
     };
     let mut rules = PermissionRules {
         allow: parse_rules(&config.permissions.allow)?,
         deny: parse_rules(&config.permissions.deny)?,
     };
+    // A server-wide allow would approve tools the server lists later, unseen: deny only.
+    if let Some(rule) = rules.allow.iter().find(|rule| rule.is_server_wide()) {
+        return Err(config_error(format!(
+            "allow rule '{}': mcp__SERVER__* is supported in deny rules and --forbid only; \
+             allow each tool by name",
+            rule.text
+        )));
+    }
     if let Some(rule) = keel_home_rule(workspace)? {
         rules.deny.push(rule);
     }
@@ -595,8 +607,8 @@ fn check_deny_rule_tools(kernel: &Kernel, rules: &PermissionRules) -> anyhow::Re
             && !known.iter().any(|name| name == tool)
     });
     match unknown {
-        Some(rule) => Err(usage(format!(
-            "config: deny rule '{}' names no tool keel has, so it would deny nothing; \
+        Some(rule) => Err(config_error(format!(
+            "deny rule '{}' names no tool keel has, so it would deny nothing; \
              known tools: path, {}",
             rule.text,
             known.join(", ")
@@ -661,20 +673,39 @@ pub fn check_tool_names(kernel: &Kernel, envelope: &Envelope) -> anyhow::Result<
                 .extend(names.iter().filter(|name| !known.contains(name)).map(|name| (flag, name)));
         }
     }
+    for name in &envelope.forbidden {
+        if let Err(reason) = keel_contracts::check_tool_name_pattern(name) {
+            return Err(usage(crate::safe_read::visible(
+                &format!(
+                    "invalid tool name '{name}' in --forbid (or the [envelope] config): {reason}"
+                ),
+                false,
+            )));
+        }
+    }
+    // `mcp__SERVER__*` covers tools the server may list later: known or not, it stands.
     unknown.extend(
         envelope
             .forbidden
             .iter()
-            .filter(|name| !known.contains(name))
+            .filter(|name| !known.contains(name) && !is_server_wide(name))
             .map(|name| ("--forbid", name)),
     );
     if let Some((flag, name)) = unknown.first() {
-        return Err(usage(format!(
-            "unknown tool '{name}' in {flag} (or the [envelope] config); known tools: {}",
-            known.join(", ")
+        return Err(usage(crate::safe_read::visible(
+            &format!(
+                "unknown tool '{name}' in {flag} (or the [envelope] config); known tools: {}",
+                known.join(", ")
+            ),
+            false,
         )));
     }
     Ok(())
+}
+
+/// Whether `name` is `mcp__SERVER__*` (checked with `check_tool_name_pattern` already).
+fn is_server_wide(name: &str) -> bool {
+    name.starts_with("mcp__") && name.ends_with("__*")
 }
 
 /// A run's parts, resolved but not started: the merged config and the resolved settings.

@@ -754,20 +754,24 @@ impl Kernel {
                 && let Some((fresh, added, removed)) =
                     refresh_tools(dynamic, state, calls.registry())
             {
-                ledger.stage(
-                    turn,
-                    run,
-                    EventKind::ToolsChanged {
-                        added,
-                        removed,
-                        tools_sha256: fresh.definitions_sha256(),
-                    },
-                );
-                definitions = fresh.definitions();
-                definitions_tokens = self
-                    .deps
-                    .counter
-                    .count(&serde_json::to_string(&definitions).unwrap_or_default());
+                // A `list_changed` that changed nothing (same names, same definitions) is
+                // not recorded; a changed description or schema is (same names, new hash).
+                let tools_sha256 = fresh.definitions_sha256();
+                if !added.is_empty()
+                    || !removed.is_empty()
+                    || tools_sha256 != calls.registry().definitions_sha256()
+                {
+                    ledger.stage(
+                        turn,
+                        run,
+                        EventKind::ToolsChanged { added, removed, tools_sha256 },
+                    );
+                    definitions = fresh.definitions();
+                    definitions_tokens = self
+                        .deps
+                        .counter
+                        .count(&serde_json::to_string(&definitions).unwrap_or_default());
+                }
                 calls.set_registry(Arc::new(fresh));
             }
             // The last permitted step runs with tools off, so the model writes its report;

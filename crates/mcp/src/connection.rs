@@ -54,6 +54,7 @@ impl Connection {
         options: &StartOptions,
         log: Option<&Arc<ServerLog>>,
         handler: &KeelClient,
+        secrets: &Secrets,
     ) -> Result<Connection, ConnectError> {
         let tail = || log.map(|log| log.tail()).unwrap_or_default();
         let initialize_error = |error: &ClientInitializeError| ConnectError::Initialize {
@@ -92,9 +93,9 @@ impl Connection {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .reinit_on_expired_session(true)
                     .custom_headers(header_map(headers)?);
-                // A server may echo what it got into its error body: the user's header
-                // values and token never reach keel's report of it.
-                let mut secrets: Vec<String> = headers.0.values().cloned().collect();
+                // A server may echo what it got into its error body or its results: the
+                // user's header values and tokens never reach keel's report of it.
+                secrets.add(headers.0.values().cloned());
                 if let Some(variable) = bearer_token_env {
                     let token = options
                         .bearer_tokens
@@ -102,7 +103,7 @@ impl Connection {
                         .get(variable)
                         .filter(|token| !token.is_empty())
                         .ok_or_else(|| ConnectError::MissingToken { variable: variable.clone() })?;
-                    secrets.push(token.clone());
+                    secrets.add([token.clone()]);
                     config = config.auth_header(token.clone());
                 }
                 let client = KeelHttpClient::new().map_err(|error| ConnectError::Initialize {
@@ -116,19 +117,18 @@ impl Connection {
                 // config that sends no token of its own.
                 let oauth = match (&options.oauth, bearer_token_env) {
                     (Some(store), None) if !spec.from_workspace => {
-                        crate::oauth::authorized_manager(store, url).await.map_err(|error| {
-                            ConnectError::OAuth {
+                        crate::oauth::authorized_manager(store, url, secrets).await.map_err(
+                            |error| ConnectError::OAuth {
                                 server: spec.name.clone(),
                                 message: error.to_string(),
-                            }
-                        })?
+                            },
+                        )?
                     }
                     _ => None,
                 };
                 let had_login = oauth.is_some();
                 let served = match oauth {
-                    Some((manager, stored_secrets)) => {
-                        secrets.extend(stored_secrets);
+                    Some(manager) => {
                         let client = rmcp::transport::AuthClient::new(client, manager);
                         let transport = StreamableHttpClientTransport::with_client(client, config);
                         handler.clone().serve(transport).await
@@ -148,7 +148,7 @@ impl Connection {
                         ConnectError::AuthorizationRequired { server: spec.name.clone(), had_login }
                     } else {
                         ConnectError::Initialize {
-                            message: redacted(describe(&error), &secrets),
+                            message: secrets.scrub(describe(&error)),
                             stderr_tail: tail(),
                         }
                     }
@@ -281,15 +281,45 @@ fn refusal(
     Some(Refusal::Scope(if scope.trim().is_empty() { "unnamed scopes".to_owned() } else { scope }))
 }
 
-/// The configured headers as reqwest's types (validated with the config already).
-/// `text` with every non-empty `secret` replaced by `<redacted>`.
-fn redacted(mut text: String, secrets: &[String]) -> String {
-    for secret in secrets.iter().filter(|secret| !secret.is_empty()) {
-        text = text.replace(secret.as_str(), "<redacted>");
+/// The user's secrets for one server, which the server's words (error text, results) are
+/// scrubbed of before they leave keel-mcp: its static header values, its bearer token and
+/// every OAuth token of its login seen in this process (a refresh adds the new ones).
+/// Shared by the server's connections and its credential store. `Debug` shows none.
+#[derive(Clone, Default)]
+pub(crate) struct Secrets(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets(<redacted>)")
     }
-    text
 }
 
+impl Secrets {
+    /// Adds `more` (empty strings are ignored).
+    pub(crate) fn add(&self, more: impl IntoIterator<Item = String>) {
+        let mut secrets = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for secret in more {
+            if !secret.is_empty() && !secrets.contains(&secret) {
+                secrets.push(secret);
+            }
+        }
+        // Longest first, so a secret that contains another is replaced whole.
+        secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    }
+
+    /// `text` with every secret replaced by `<redacted>`.
+    pub(crate) fn scrub(&self, mut text: String) -> String {
+        let secrets = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for secret in secrets.iter() {
+            if text.contains(secret.as_str()) {
+                text = text.replace(secret.as_str(), "<redacted>");
+            }
+        }
+        text
+    }
+}
+
+/// The configured headers as reqwest's types (validated with the config already).
 fn header_map(headers: &HttpHeaders) -> Result<HashMap<HeaderName, HeaderValue>, ConnectError> {
     let mut map = HashMap::new();
     for (name, value) in &headers.0 {
@@ -356,9 +386,12 @@ pub(crate) const OFFERED_PROTOCOL_VERSION: ProtocolVersion =
 mod tests {
     #[test]
     fn the_users_secrets_are_redacted_from_error_text() {
-        let secrets = ["t0ken".to_owned(), String::new(), "hdr".to_owned()];
-        let text = super::redacted("bad token: Bearer t0ken key=hdr".to_owned(), &secrets);
-        assert_eq!(text, "bad token: Bearer <redacted> key=<redacted>");
+        let secrets = super::Secrets::default();
+        secrets.add(["t0ken".to_owned(), String::new(), "hdr".to_owned()]);
+        secrets.add(["t0ken-longer".to_owned(), "t0ken".to_owned()]);
+        let text = secrets.scrub("bad token: Bearer t0ken key=hdr t0ken-longer".to_owned());
+        assert_eq!(text, "bad token: Bearer <redacted> key=<redacted> <redacted>");
+        assert_eq!(format!("{secrets:?}"), "Secrets(<redacted>)");
     }
 
     use super::*;

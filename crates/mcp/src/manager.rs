@@ -13,7 +13,7 @@ use rmcp::model::CallToolRequestParams;
 use crate::access::{AccessSource, declare_access};
 use crate::client::{CallGuard, Elicitation, ElicitationPolicy, KeelClient, Pause};
 use crate::config::{ServerSpec, TransportSpec};
-use crate::connection::Connection;
+use crate::connection::{Connection, Secrets};
 use crate::error::ConnectError;
 use crate::naming::keel_tool_name;
 use crate::result::render;
@@ -260,6 +260,7 @@ async fn start_one(
         handler,
         elicitations,
         connection: tokio::sync::Mutex::new(None),
+        secrets: Secrets::default(),
     });
     server.handler.set_handle(&server);
     let listed = tokio::time::timeout(server.spec.startup_timeout, async {
@@ -278,7 +279,7 @@ async fn start_one(
     let (connection, listed) = match listed {
         Ok(Ok(listed)) => listed,
         Ok(Err(error)) => {
-            status.state = ServerState::Failed { reason: error.to_string() };
+            status.state = ServerState::Failed { reason: server.secrets.scrub(error.to_string()) };
             return (Vec::new(), status, None);
         }
         Err(_elapsed) => {
@@ -446,6 +447,8 @@ pub(crate) struct ServerHandle {
     elicitations: Arc<std::sync::Mutex<Vec<Elicitation>>>,
     /// `None` before the first start and after the connection died.
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    /// The user's secrets for this server, scrubbed from everything it says.
+    secrets: Secrets,
 }
 
 impl ServerHandle {
@@ -467,7 +470,7 @@ impl ServerHandle {
 
     /// A new connection (not stored).
     async fn connect(&self) -> Result<Arc<Connection>, ConnectError> {
-        Connection::open(&self.spec, &self.options, self.log.as_ref(), &self.handler)
+        Connection::open(&self.spec, &self.options, self.log.as_ref(), &self.handler, &self.secrets)
             .await
             .map(Arc::new)
     }
@@ -519,13 +522,37 @@ impl ServerHandle {
     }
 
     /// Calls `server_tool` with `arguments` within the tool timeout; the result is fenced
-    /// as untrusted text from `source` (the keel tool name).
+    /// as untrusted text from `source` (the keel tool name) and scrubbed of the user's
+    /// secrets for this server (a server may echo its `Authorization` header).
     ///
     /// # Cancel safety
     ///
     /// Dropping the future while the call is in flight sends `notifications/cancelled`
     /// for it (rmcp's abandoned-request guard); the connection stays usable.
     pub(crate) async fn call(
+        &self,
+        source: &str,
+        server_tool: &str,
+        arguments: &serde_json::Value,
+        output_schema: Option<&serde_json::Value>,
+        running: &CallGuard,
+    ) -> ToolOutput {
+        let output = self.call_unscrubbed(source, server_tool, arguments, output_schema, running);
+        self.scrubbed(output.await)
+    }
+
+    /// `output` with the user's secrets for this server replaced by `<redacted>`.
+    fn scrubbed(&self, mut output: ToolOutput) -> ToolOutput {
+        output.content = self.secrets.scrub(output.content);
+        // Exact bytes could show a secret the text shows escaped: keep the text only.
+        if output.raw.is_some() {
+            output.raw = None;
+        }
+        output
+    }
+
+    /// [`ServerHandle::call`] before the secrets are scrubbed.
+    async fn call_unscrubbed(
         &self,
         source: &str,
         server_tool: &str,
@@ -646,12 +673,24 @@ impl ServerHandle {
     }
 
     /// `resources/read` of `arguments.uri`, within the tool timeout; text contents as they
-    /// are, binary ones summarized, all fenced as untrusted text from `source`.
+    /// are, binary ones summarized, all fenced as untrusted text from `source` and scrubbed
+    /// of the user's secrets for this server.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future sends `notifications/cancelled` for the request in flight.
     pub(crate) async fn read_resource(
+        &self,
+        source: &str,
+        arguments: &serde_json::Value,
+        running: &CallGuard,
+    ) -> ToolOutput {
+        let output = self.read_resource_unscrubbed(source, arguments, running).await;
+        self.scrubbed(output)
+    }
+
+    /// [`ServerHandle::read_resource`] before the secrets are scrubbed.
+    async fn read_resource_unscrubbed(
         &self,
         source: &str,
         arguments: &serde_json::Value,

@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::config::{ServerSpec, TransportSpec};
+use crate::connection::Secrets;
 
 /// How long the user has to finish the browser step, unless the caller says otherwise.
 pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(300);
@@ -281,14 +282,70 @@ impl OAuthStore {
     }
 }
 
-fn read_record(path: &Path, canonical: &str) -> Result<Option<OAuthRecord>, OAuthError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
+/// The most a token file may hold.
+const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+/// Refuses a token folder that is a symbolic link or not a folder (its target would get
+/// the tokens, and a `chmod`); an absent one is fine.
+fn check_dir(dir: &Path, path: &Path) -> Result<(), OAuthError> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(OAuthError::Store {
+            path: path.to_owned(),
+            message: format!(
+                "{} is a symbolic link or not a folder; keel keeps tokens only in a real folder \
+                 (remove it and log in again)",
+                dir.display()
+            ),
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(OAuthError::Store { path: path.to_owned(), message: error.to_string() }),
+    }
+}
+
+/// The bytes of the token file at `path`, `None` when absent. Opened without following a
+/// symbolic link and without blocking (a FIFO would hang keel); only a regular file is read.
+fn read_token_file(path: &Path) -> Result<Option<Vec<u8>>, OAuthError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let refused = |message: String| OAuthError::Store { path: path.to_owned(), message };
+    if let Some(dir) = path.parent() {
+        check_dir(dir, path)?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let file = match file {
+        Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => {
-            return Err(OAuthError::Store { path: path.to_owned(), message: error.to_string() });
+        Err(error) if error.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(refused(
+                "the token file is a symbolic link; keel reads only a regular file (remove it \
+                 and log in again)"
+                    .into(),
+            ));
         }
+        Err(error) => return Err(refused(error.to_string())),
     };
+    let meta = file.metadata().map_err(|error| refused(error.to_string()))?;
+    if !meta.is_file() {
+        return Err(refused(
+            "the token file is not a regular file (remove it and log in again)".into(),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORD_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| refused(error.to_string()))?;
+    if bytes.len() as u64 > MAX_RECORD_BYTES {
+        return Err(refused("the token file is larger than 1 MiB".into()));
+    }
+    Ok(Some(bytes))
+}
+
+fn read_record(path: &Path, canonical: &str) -> Result<Option<OAuthRecord>, OAuthError> {
+    let Some(bytes) = read_token_file(path)? else { return Ok(None) };
     let record: OAuthRecord =
         serde_json::from_slice(&bytes).map_err(|error| OAuthError::Store {
             path: path.to_owned(),
@@ -308,7 +365,10 @@ fn write_record(path: &Path, record: &OAuthRecord) -> Result<(), OAuthError> {
         path: path.to_owned(),
         message: "no parent folder".into(),
     })?;
+    check_dir(dir, path)?;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(store_error)?;
+    // Checked again once it exists: a symlink put there meanwhile is not chmodded.
+    check_dir(dir, path)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(store_error)?;
     let bytes = serde_json::to_vec_pretty(record)
         .map_err(|error| OAuthError::Store { path: path.to_owned(), message: error.to_string() })?;
@@ -352,13 +412,15 @@ struct FileCredentialStore {
     /// Whether a step-up challenge noted in the file is kept on writes (a connection's
     /// refresh), or dropped (a login, which asked for those scopes).
     keep_step_up: bool,
+    /// A connection's: where the tokens it saves are added, for redaction.
+    secrets: Option<Secrets>,
 }
 
 impl FileCredentialStore {
     fn new(path: PathBuf, mut template: OAuthRecord, keep_step_up: bool) -> FileCredentialStore {
         template.credentials = None;
         template.step_up = None;
-        FileCredentialStore { path, template, refresh: Arc::default(), keep_step_up }
+        FileCredentialStore { path, template, refresh: Arc::default(), keep_step_up, secrets: None }
     }
 
     fn write(&self, credentials: Option<StoredCredentials>) -> Result<(), AuthError> {
@@ -372,6 +434,9 @@ impl FileCredentialStore {
             None
         };
         let record = OAuthRecord { credentials, step_up, ..self.template.clone() };
+        if let Some(secrets) = &self.secrets {
+            secrets.add(record.secrets());
+        }
         write_record(&self.path, &record)
             .map_err(|error| AuthError::CredentialStoreError(error.to_string()))
     }
@@ -423,8 +488,8 @@ pub(crate) fn note_step_up(store: &OAuthStore, url: &str, challenge: &str) {
 }
 
 /// For a connection: an rmcp authorization manager over the login stored for `url`,
-/// or `None` when there is none (or it holds no tokens). Also returns the record's
-/// secrets, for redaction.
+/// or `None` when there is none (or it holds no tokens). The record's secrets, and those
+/// of every later refresh, are added to `secrets` (for redaction).
 ///
 /// # Errors
 ///
@@ -433,13 +498,14 @@ pub(crate) fn note_step_up(store: &OAuthStore, url: &str, challenge: &str) {
 pub(crate) async fn authorized_manager(
     store: &OAuthStore,
     url: &str,
-) -> Result<Option<(AuthorizationManager, Vec<String>)>, OAuthError> {
+    secrets: &Secrets,
+) -> Result<Option<AuthorizationManager>, OAuthError> {
     let Some(record) = store.load(url)? else { return Ok(None) };
     if record.credentials.is_none() {
         return Ok(None);
     }
     let path = store.path_for(url)?;
-    let secrets = record.secrets();
+    secrets.add(record.secrets());
     let mut manager = AuthorizationManager::new(record.server_url.as_str())
         .await
         .map_err(|e| OAuthError::auth(&e))?;
@@ -449,8 +515,10 @@ pub(crate) async fn authorized_manager(
         config = config.with_client_secret(secret.clone());
     }
     manager.configure_client(config).map_err(|e| OAuthError::auth(&e))?;
-    manager.set_credential_store(FileCredentialStore::new(path, record, true));
-    Ok(Some((manager, secrets)))
+    let mut credentials = FileCredentialStore::new(path, record, true);
+    credentials.secrets = Some(secrets.clone());
+    manager.set_credential_store(credentials);
+    Ok(Some(manager))
 }
 
 /// Sends the user to the authorization URL: a real browser for `keel mcp login`, an HTTP

@@ -207,6 +207,8 @@ fn tools_list_changed_is_offered_at_a_next_step_recorded_and_still_gated() {
     );
     let script = serde_json::json!({"steps": [
         {"tool_calls": [{"name": "mcp__el__add_tool", "arguments": {}}]},
+        // A second list_changed that changes nothing is not recorded.
+        {"tool_calls": [{"name": "mcp__el__add_tool", "arguments": {}}]},
         {"tool_calls": [{"name": "mcp__el__unprompted", "arguments": {}}],
          "expect": {"last_outcomes": ["ok"]}},
         // The new tool is in this request's tool list; it is an undeclared local tool, so

@@ -257,3 +257,71 @@ fn mcp_list_json_without_servers_is_still_json() {
     let report: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     assert_eq!(report, serde_json::json!({"servers": [], "tool_count": 0, "notes": []}));
 }
+
+/// `[permissions] deny = ["mcp__evil__*"]` and `--forbid mcp__evil__*` refuse every tool
+/// of server `evil`; the same server under another name works; any other wildcard in a
+/// tool name is a config error, not a rule that denies nothing.
+#[test]
+fn redteam_mcp_a_server_wide_deny_or_forbid_refuses_every_tool_of_that_server() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let fake = repo_root().join("crates/mcp/tests/servers/fake_server.py");
+    let server = |name: &str| {
+        format!("[mcp_servers.{name}]\ncommand = \"python3\"\nargs = [{}]\n", toml_string(&fake))
+    };
+    let script = env.write_script(
+        "calls.json",
+        r#"{"steps": [
+          {"tool_calls": [{"name": "mcp__evil__echo", "arguments": {"message": "evil"}},
+                          {"name": "mcp__evil__write_thing", "arguments": {}},
+                          {"name": "mcp__good__echo", "arguments": {"message": "good"}}]},
+          {"text": "done", "expect": {"last_outcomes": ["refused", "refused", "ok"]}}
+        ]}"#,
+    );
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run".to_owned(),
+            "-C".to_owned(),
+            workspace.to_str().unwrap().to_owned(),
+            "-m".to_owned(),
+            format!("scripted:{}", script.display()),
+            "--approval".to_owned(),
+            "auto".to_owned(),
+            "--json".to_owned(),
+        ];
+        args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+        args.push("call them".to_owned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        env.run(&args)
+    };
+    let check = |output: &std::process::Output| {
+        assert_eq!(output.status.code(), Some(0), "{}\n{}", stderr(output), stdout(output));
+        let events = json_lines(output);
+        let results = events_of(&events, "tool_result");
+        assert_eq!(results.len(), 3, "{}", stdout(output));
+        assert_eq!(results[2]["outcome"], "ok", "{}", results[2]);
+        assert!(results[2]["content"].as_str().unwrap().contains("echo: good"));
+    };
+    write_user_config(
+        &env,
+        &format!("{}{}[permissions]\ndeny = [\"mcp__evil__*\"]\n", server("evil"), server("good")),
+    );
+    check(&run(&[]));
+
+    write_user_config(&env, &format!("{}{}", server("evil"), server("good")));
+    check(&run(&["--forbid", "mcp__evil__*"]));
+
+    for (config, flag, named) in [
+        ("[permissions]\ndeny = [\"mcp__evil*\"]\n", None, "mcp__evil*"),
+        ("[permissions]\ndeny = [\"mcp__evil__e?ho\"]\n", None, "mcp__evil__e?ho"),
+        ("[permissions]\nallow = [\"mcp__good__*\"]\n", None, "mcp__good__*"),
+        ("", Some("mcp__ev*"), "mcp__ev*"),
+    ] {
+        write_user_config(&env, &format!("{}{}{config}", server("evil"), server("good")));
+        let extra: Vec<&str> = flag.map(|flag| vec!["--forbid", flag]).unwrap_or_default();
+        let output = run(&extra);
+        assert_eq!(output.status.code(), Some(2), "{config} {flag:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains(named), "{}", stderr(&output));
+        assert!(stderr(&output).contains("mcp__SERVER__*"), "{}", stderr(&output));
+    }
+}

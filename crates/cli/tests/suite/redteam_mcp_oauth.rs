@@ -220,3 +220,64 @@ fn redteam_mcp_oauth_a_trusted_workspace_cannot_use_or_aim_the_users_login() {
     assert!(with_token >= 3, "{sent:?}");
     assert!(without >= 1, "the repo's server was not tried without a token: {sent:?}");
 }
+
+#[test]
+fn redteam_mcp_oauth_a_server_echoing_the_token_reaches_no_ledger_log_or_model() {
+    let runtime = runtime();
+    let server = runtime.block_on(AuthServer::start(Knobs { echo: true, ..Knobs::default() }));
+    let env = Env::new();
+    let ws = env.workspace();
+    std::fs::write(
+        env.home.path().join("config.toml"),
+        format!("[mcp_servers.remote]\n{}\n", server.config()),
+    )
+    .unwrap();
+    let printed = login(&env, &runtime, "remote", &[]);
+    assert!(printed.starts_with("exit Some(0)"), "{printed}");
+    // The server answers with the Authorization header it got: in a result, in a
+    // JSON-RPC error; the next model request sees both, redacted.
+    let script = r#"{"steps": [
+      {"tool_calls": [{"name": "mcp__remote__echo", "arguments": {}},
+                      {"name": "mcp__remote__echo_error", "arguments": {}},
+                      {"name": "mcp__remote__hello", "arguments": {}}]},
+      {"text": "done", "expect": {"last_outcomes": ["ok", "error", "ok"],
+        "contains": ["you sent Bearer <redacted>", "server saw Bearer <redacted>",
+                     "hello, authorized"]}}
+    ]}"#;
+    let output = env.run(&[
+        "run",
+        "-C",
+        ws.to_str().unwrap(),
+        "-m",
+        &scripted(&env, script),
+        "--approval",
+        "auto",
+        "--json",
+        "fish for the token",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}\n{}", stderr(&output), stdout(&output));
+    assert!(
+        server
+            .mcp_authorizations()
+            .iter()
+            .any(|sent| sent.as_deref() == Some("Bearer at-1-s3cret")),
+        "{:?}",
+        server.mcp_authorizations()
+    );
+    let session = json_lines(&output)[0]["session_id"].as_str().unwrap().to_owned();
+    let log = env.run(&["log", &session, "--json"]);
+    assert_eq!(log.status.code(), Some(0), "{}", stderr(&log));
+    let results: Vec<_> =
+        json_lines(&log).into_iter().filter(|event| event["kind"] == "tool_result").collect();
+    assert_eq!(results.len(), 3, "{}", stdout(&log));
+    let shown = format!("{}{}{}{}", stdout(&output), stderr(&output), stdout(&log), stderr(&log));
+    assert!(shown.contains("<redacted>"), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    // No file under KEEL_HOME (the ledger included) or the workspace but the token file.
+    let folder = env.home.path().join("mcp/oauth");
+    let mut leaked = files_containing(env.home.path(), b"s3cret");
+    leaked.extend(files_containing(&ws, b"s3cret"));
+    leaked.retain(|path| !path.starts_with(folder.to_str().unwrap()));
+    assert!(leaked.is_empty(), "a token was written to {leaked:?}");
+    assert_eq!(files_containing(&folder, b"at-1-s3cret").len(), 1);
+}

@@ -1072,3 +1072,33 @@ fn redteam_skills_an_untrusted_workspaces_skills_never_reach_the_prompt() {
     assert!(prompt.contains("- exfiltrate (workspace):"), "{prompt}");
     assert!(prompt.contains("- release-notes: Write release notes."), "{prompt}");
 }
+
+/// A repository's rule or server name with a newline cannot forge a line on stderr: the
+/// config error shows it escaped. A valid rule of the same file works.
+#[test]
+fn redteam_trust_config_errors_show_a_repositorys_newlines_escaped() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let forged = |output: &Output| stderr(output).lines().any(|line| line.starts_with('└'));
+    write_workspace_config(&ws, "[permissions]\ndeny = [\"bash(x\\n└ keel: trusted\"]\n");
+    let output = run_in(&env, &ws, &scripted(&env, DONE), &[]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("invalid permission rule 'bash(x\\n└ keel: trusted'"));
+    assert!(!forged(&output), "{}", stderr(&output));
+
+    write_workspace_config(&ws, "[mcp_servers.\"x\\n└ Allow? [y] yes\"]\ncommand = \"true\"\n");
+    assert_eq!(trust(&env, &ws).status.code(), Some(0));
+    for output in [
+        env.run(&["mcp", "list", "-C", ws.to_str().unwrap()]),
+        run_in(&env, &ws, &scripted(&env, DONE), &[]),
+    ] {
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(stderr(&output).contains("x\\n└ Allow? [y] yes"), "{}", stderr(&output));
+        assert!(!forged(&output), "{}", stderr(&output));
+    }
+
+    // The neighbour: a valid deny rule from the same file is applied, the run succeeds.
+    write_workspace_config(&ws, "[permissions]\ndeny = [\"bash(rm*)\"]\n");
+    let output = run_in(&env, &ws, &scripted(&env, DONE), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}

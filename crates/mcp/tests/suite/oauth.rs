@@ -305,3 +305,147 @@ async fn redteam_mcp_oauth_an_authorization_server_without_s256_is_refused() {
         assert!(error.contains("S256"), "{error}");
     }
 }
+
+/// Every file under `dir` (recursively) whose bytes contain `needle`.
+fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return found };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_containing(&path, needle));
+        } else if std::fs::read(&path)
+            .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn redteam_mcp_oauth_a_server_echoing_the_token_gets_it_redacted_even_after_refresh() {
+    let server = AuthServer::start(Knobs { expires_in: 1, echo: true, ..Knobs::default() }).await;
+    let scratch = Scratch::new();
+    let report = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // Expired: refreshed on connect, so the server sees (and echoes) new tokens.
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    assert!(server.records().refreshed >= 1, "{:?}", server.records());
+
+    let echoed = call(&servers, "mcp__remote__echo", serde_json::json!({})).await;
+    assert_eq!(echoed.outcome, Outcome::Ok, "{}", echoed.content);
+    assert!(echoed.content.contains("you sent Bearer <redacted>"), "{}", echoed.content);
+    let failed = call(&servers, "mcp__remote__echo_error", serde_json::json!({})).await;
+    assert_eq!(failed.outcome, Outcome::Error, "{}", failed.content);
+    assert!(failed.content.contains("server saw Bearer <redacted>"), "{}", failed.content);
+    for output in [&echoed, &failed] {
+        assert!(!output.content.contains("s3cret"), "{}", output.content);
+    }
+    // The legitimate neighbour: the server's other words arrive as they are.
+    let hello = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert_eq!(hello.outcome, Outcome::Ok, "{}", hello.content);
+    assert!(hello.content.contains("hello, authorized"), "{}", hello.content);
+    servers.close().await;
+    // The token file holds the refreshed token, and no other file does.
+    let token = server.records().access.iter().last().cloned().unwrap();
+    assert_ne!(token, "at-1-s3cret");
+    assert_eq!(files_containing(scratch.dir.path(), &token), vec![report.token_file.clone()]);
+}
+
+#[tokio::test]
+async fn redteam_mcp_oauth_a_static_bearer_token_and_header_echoed_back_are_redacted() {
+    let server = AuthServer::start(Knobs { echo: true, ..Knobs::default() }).await;
+    server.records().access.insert("static-t0ken-s3cret".to_owned());
+    let scratch = Scratch::new();
+    let variable = "KEEL_MCP_TEST_ECHOED_TOKEN";
+    let config = format!(
+        "{}\nbearer_token_env = \"{variable}\"\nheaders = {{ X-Key = \"hdr-s3cret\" }}",
+        server.config()
+    );
+    let mut options = scratch.options();
+    options.bearer_tokens.0.insert(variable.to_owned(), "static-t0ken-s3cret".to_owned());
+    let servers = McpServers::start(vec![spec("remote", &config)], options).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    let echoed = call(&servers, "mcp__remote__echo", serde_json::json!({})).await;
+    assert_eq!(echoed.outcome, Outcome::Ok, "{}", echoed.content);
+    assert!(echoed.content.contains("you sent Bearer <redacted>"), "{}", echoed.content);
+    let failed = call(&servers, "mcp__remote__echo_error", serde_json::json!({})).await;
+    assert!(failed.content.contains("server saw Bearer <redacted>"), "{}", failed.content);
+    assert!(!format!("{}{}", echoed.content, failed.content).contains("s3cret"));
+    // The token did go to the server.
+    assert!(
+        server
+            .mcp_authorizations()
+            .iter()
+            .any(|s| s.as_deref() == Some("Bearer static-t0ken-s3cret"))
+    );
+    servers.close().await;
+}
+
+#[tokio::test]
+async fn redteam_mcp_oauth_a_fifo_or_symlinked_token_file_or_folder_is_refused() {
+    let server = AuthServer::start(Knobs::default()).await;
+    let scratch = Scratch::new();
+    let store = store(&scratch);
+    let path = store.path_for(&server.url()).unwrap();
+    let start = || async {
+        let started = std::time::Instant::now();
+        let servers = tokio::time::timeout(
+            Duration::from_secs(15),
+            start_with_store(&scratch, vec![server.spec("remote")]),
+        )
+        .await
+        .expect("keel hung on the token file");
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        let reason = failure(&servers, 0);
+        servers.close().await;
+        reason
+    };
+
+    // A FIFO where the token file goes: refused at once, not waited on.
+    std::fs::create_dir_all(store.dir()).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(&path).status().unwrap();
+    assert!(made.success());
+    let reason = start().await;
+    assert!(reason.contains("not a regular file"), "{reason}");
+    assert!(!store.has_login(&server.url()));
+    std::fs::remove_file(&path).unwrap();
+
+    // A symlinked token file (to a real login elsewhere) is not followed.
+    let report = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .unwrap();
+    let elsewhere = scratch.dir.path().join("elsewhere.json");
+    std::fs::rename(&report.token_file, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+    let reason = start().await;
+    assert!(reason.contains("symbolic link"), "{reason}");
+    std::fs::remove_file(&path).unwrap();
+
+    // A symlinked folder is neither written into nor chmodded.
+    let target = scratch.dir.path().join("target");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let moved = scratch.dir.path().join("moved-oauth");
+    std::fs::rename(store.dir(), &moved).unwrap();
+    std::os::unix::fs::symlink(&target, store.dir()).unwrap();
+    let error = oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("symbolic link"), "{error}");
+    assert_eq!(mode(&target), 0o755);
+    assert!(std::fs::read_dir(&target).unwrap().next().is_none());
+    let reason = start().await;
+    assert!(reason.contains("symbolic link"), "{reason}");
+
+    // The neighbour: a real folder and file work again.
+    std::fs::remove_file(store.dir()).unwrap();
+    oauth::login(&server.spec("remote"), &login_options(&scratch), &FetchingBrowser).await.unwrap();
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    servers.close().await;
+}
