@@ -27,6 +27,11 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one tool call may take, unless configured.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The longest server name, in characters: `mcp__NAME__` then stays within the part of a
+/// tool name that [`crate::keel_tool_name`] never cuts, so `mcp__NAME__*` rules cover
+/// every tool of the server.
+pub const MAX_SERVER_NAME_LEN: usize = 32;
+
 /// One `[mcp_servers.NAME]` table as written. Unknown keys are errors.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -192,14 +197,18 @@ impl TransportSpec {
 }
 
 impl McpServerConfig {
-    /// Checks the table named `name` and resolves its defaults.
+    /// Checks the table named `name` and resolves its defaults: a name is `[A-Za-z0-9_-]`,
+    /// without `__`, at most [`MAX_SERVER_NAME_LEN`] characters.
     ///
     /// # Errors
     ///
     /// A [`ConfigError`] naming the server and the offending key.
     pub fn validate(&self, name: &str) -> Result<ServerSpec, ConfigError> {
         let server = || name.to_owned();
+        // A longer name would let `keel_tool_name` cut into the `mcp__NAME__` prefix of its
+        // tools, and a server-wide rule (`mcp__NAME__*`) would no longer cover them.
         let name_ok = !name.is_empty()
+            && name.len() <= MAX_SERVER_NAME_LEN
             && !name.contains("__")
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !name_ok {
@@ -498,13 +507,15 @@ mod tests {
         assert!(format!("{spec:?}").contains("X-Api-Key"), "{spec:?}");
         let ok = server("command = \"x\"\ntool_timeout_ms = 250");
         assert_eq!(ok.validate("s").unwrap().tool_timeout, Duration::from_millis(250));
-        for bad_name in ["", "a b", "a.b", "a__b", "ü"] {
+        let too_long = "s".repeat(MAX_SERVER_NAME_LEN + 1);
+        for bad_name in ["", "a b", "a.b", "a__b", "ü", too_long.as_str()] {
             assert_eq!(
                 ok.validate(bad_name),
                 Err(ConfigError::InvalidName { server: bad_name.into() })
             );
         }
-        for good_name in ["fs", "my-server_2", "A"] {
+        let longest = "s".repeat(MAX_SERVER_NAME_LEN);
+        for good_name in ["fs", "my-server_2", "A", longest.as_str()] {
             assert!(ok.validate(good_name).is_ok(), "{good_name}");
         }
     }

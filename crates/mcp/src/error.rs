@@ -7,9 +7,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The server name is empty or has characters other than `[A-Za-z0-9_-]`, or `__`.
+    /// The server name is empty, longer than [`crate::MAX_SERVER_NAME_LEN`], or has
+    /// characters other than `[A-Za-z0-9_-]`, or `__`.
     #[error(
-        "mcp server name '{server}' is invalid: use letters, digits, '_' and '-' (and no '__')"
+        "mcp server name '{server}' is invalid: use letters, digits, '_' and '-' (no '__', at most 32 characters)"
     )]
     InvalidName {
         /// The name as written.

@@ -60,8 +60,8 @@ mod tool;
 pub use access::{AccessSource, DeclaredAccess, TransportKind, declare_access};
 pub use client::{Elicitation, ElicitationPolicy};
 pub use config::{
-    DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, HttpHeaders, McpServerConfig, OAuthClientSpec,
-    ServerSpec, ToolDeclaration, TransportSpec,
+    DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, HttpHeaders, MAX_SERVER_NAME_LEN,
+    McpServerConfig, OAuthClientSpec, ServerSpec, ToolDeclaration, TransportSpec,
 };
 pub use error::{ConfigError, ConnectError};
 pub use manager::{

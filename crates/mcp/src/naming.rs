@@ -33,6 +33,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn redteam_mcp_the_longest_server_name_keeps_its_prefix_in_every_tool_name() {
+        let server = "s".repeat(crate::MAX_SERVER_NAME_LEN);
+        let prefix = format!("mcp__{server}__");
+        for tool in ["t", &"x".repeat(200)] {
+            let name = keel_tool_name(&server, tool);
+            assert!(name.len() <= MAX_TOOL_NAME_LEN, "{name}");
+            assert!(name.starts_with(&prefix), "{name}");
+        }
+    }
+
+    #[test]
     fn names_table() {
         let cases = [
             ("fs", "read_file", "mcp__fs__read_file"),
