@@ -107,7 +107,10 @@ async fn a_question_is_recorded_asked_and_its_answer_checked_and_kept_from_the_m
         Arc::new(Answers(Some(serde_json::json!({"name": "Ann"})))),
     );
     let session = harness.session(&kernel).await;
-    kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
+    let report =
+        kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
+    // The script's `expect` saw the answer's content in the tool's result.
+    assert_eq!(report.outcome, keel_kernel::TurnOutcome::Completed { text: "done".into() });
     let events = harness.events(session).await;
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.name()).collect();
     let asked = kinds.iter().position(|k| *k == "elicitation_requested").unwrap();
@@ -195,4 +198,56 @@ async fn a_question_open_when_the_process_died_is_recorded_as_cancelled_on_resum
         _ => None,
     });
     assert_eq!(reason.as_deref(), Some(keel_kernel::recovery::QUESTION_ENDED_TEXT));
+}
+
+/// `--approval auto` and `--approval deny` answer questions by themselves: auto with the
+/// form's defaults (declining a form whose required field has none), deny with a decline;
+/// what they answered reaches the tool, and the run goes on.
+#[tokio::test]
+async fn fixed_policies_answer_with_the_defaults_or_decline() {
+    use keel_contracts::PermissionAnswer;
+    use keel_kernel::{StaticPermissions, TurnOutcome};
+    let with_default = serde_json::json!({"type": "object",
+        "properties": {"name": {"type": "string", "default": "Ann"}}, "required": ["name"]});
+    let cases = [
+        (
+            PermissionAnswer::AllowOnce,
+            with_default.clone(),
+            r#"action=accept content={\"name\":\"Ann\"}"#,
+            ElicitationAction::Accept,
+            "approval=auto",
+        ),
+        (
+            PermissionAnswer::AllowOnce,
+            form(),
+            "action=decline content=",
+            ElicitationAction::Decline,
+            "approval=auto",
+        ),
+        (
+            PermissionAnswer::Deny,
+            with_default,
+            "action=decline content=",
+            ElicitationAction::Decline,
+            "approval=deny",
+        ),
+    ];
+    for (answer, schema, expect, action, by) in cases {
+        let harness = harness();
+        let script = serde_json::json!({"steps": [
+            {"tool_calls": [{"name": "ask", "arguments": {"schema": schema}}]},
+            {"text": "done", "expect": {"contains": [expect]}}
+        ]})
+        .to_string();
+        let kernel =
+            harness.kernel_with_permissions(model(&script), Arc::new(StaticPermissions(answer)));
+        let session = harness.session(&kernel).await;
+        let report = kernel
+            .run_turn(session, "go", &harness.run_config(), &Cancellation::new())
+            .await
+            .unwrap();
+        let events = harness.events(session).await;
+        assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() }, "{expect}");
+        assert_eq!(answered(&events), vec![(action, by.to_owned())], "{expect}");
+    }
 }
