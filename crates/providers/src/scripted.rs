@@ -207,18 +207,19 @@ fn check_expect(
     request: &ModelRequest,
 ) -> Result<(), ModelError> {
     if let Some(want) = &expect.last_outcomes {
-        let got: Vec<Outcome> = request
+        // The results sent since the last assistant message, in order. A user message
+        // after them (the budget's last-step notice, a steering note) does not hide them.
+        let since_assistant = request
             .messages
             .iter()
-            .rev()
-            .take_while(|message| matches!(message, Message::ToolResult { .. }))
+            .rposition(|message| matches!(message, Message::Assistant { .. }))
+            .map_or(0, |idx| idx + 1);
+        let got: Vec<Outcome> = request.messages[since_assistant..]
+            .iter()
             .filter_map(|message| match message {
                 Message::ToolResult { outcome, .. } => Some(*outcome),
                 Message::User { .. } | Message::Assistant { .. } => None,
             })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
             .collect();
         if &got != want {
             let show = |outcomes: &[Outcome]| {
@@ -435,6 +436,47 @@ mod tests {
         let missing = request(0, vec![result(Outcome::Ok), result(Outcome::Refused)]);
         let err = model.complete(&missing, &|_| {}).await.unwrap_err();
         assert!(err.message.contains("contain \"the task\""), "{err}");
+    }
+
+    #[tokio::test]
+    async fn last_outcomes_see_results_before_a_trailing_user_notice() {
+        // The budget's last-step notice is a user message after the tool results: the
+        // results are still the ones "just sent" since the last assistant message.
+        let model = model(r#"{"steps":[{"text":"report","expect":{"last_outcomes":["ok"]}}]}"#);
+        let result = |outcome| Message::ToolResult {
+            call_id: "c".into(),
+            tool: "t".into(),
+            outcome,
+            content: String::new(),
+        };
+        let assistant = |text: &str| Message::Assistant {
+            text: text.into(),
+            reasoning: vec![],
+            tool_calls: vec![],
+        };
+        let with_notice = request(
+            0,
+            vec![
+                Message::User { text: "the task".into() },
+                result(Outcome::Refused),
+                assistant("calling"),
+                result(Outcome::Ok),
+                Message::User { text: "Tools are off: write your report.".into() },
+            ],
+        );
+        assert!(model.complete(&with_notice, &|_| {}).await.is_ok());
+        // Results before the last assistant message are not the last ones.
+        let answered = request(
+            0,
+            vec![
+                Message::User { text: "the task".into() },
+                result(Outcome::Ok),
+                assistant("done"),
+                Message::User { text: "next turn".into() },
+            ],
+        );
+        let err = model.complete(&answered, &|_| {}).await.unwrap_err();
+        assert!(err.message.contains("expected last outcomes [ok], got []"), "{err}");
     }
 
     #[tokio::test]
