@@ -341,6 +341,19 @@ pub trait Store: Send + Sync + Debug {
         Err(LeaseError::Unsupported)
     }
 
+    /// The session's newest lease as stored, without taking it: it may have lapsed or been
+    /// released (`expires_at` in the past). `None` when the session never had one. Writes
+    /// nothing, so a listing can tell a live run from one whose process died.
+    ///
+    /// # Errors
+    ///
+    /// [`LeaseError::Unsupported`] from stores without leases (the default);
+    /// [`LeaseError::Backend`] when the backend fails.
+    async fn current_lease(&self, session_id: SessionId) -> Result<Option<Lease>, LeaseError> {
+        let _ = session_id;
+        Err(LeaseError::Unsupported)
+    }
+
     /// Extends `lease` to `now + ttl`, keeping its token.
     ///
     /// # Errors

@@ -227,6 +227,22 @@ impl Store for PgStore {
         leases::renew(&self.pool, lease, now, ttl).await
     }
 
+    /// The session's newest lease, read without taking the session's lock.
+    ///
+    /// # Errors
+    ///
+    /// [`keel_contracts::LeaseError::Backend`] when PostgreSQL fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn current_lease(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Option<keel_contracts::Lease>, keel_contracts::LeaseError> {
+        leases::read(&self.pool, session_id).await
+    }
+
     /// Lets the lease lapse now (a no-op when a newer one exists).
     ///
     /// # Errors

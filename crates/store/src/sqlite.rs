@@ -150,6 +150,70 @@ impl SqliteStore {
         Ok(SqliteStore::with_connection(connection, Some(path)))
     }
 
+    /// Opens an existing ledger at `path` for reading only, for listings and logs: nothing
+    /// is created, configured, migrated or checkpointed, so no ledger page is written and
+    /// nothing is fsynced (SQLite still maps its `-shm` index, as any reader does). Reads
+    /// run on this one connection; a write through the handle fails (SQLite refuses it).
+    ///
+    /// `Ok(None)` when the file cannot be read as it is: it does not exist, it is not in WAL
+    /// mode, or its schema is older than [`SCHEMA_VERSION`] (migrating it is a write).
+    /// [`SqliteStore::open`] it then.
+    ///
+    /// This blocks on disk; call it at startup or from a blocking task.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::Sqlite`] when SQLite fails; [`OpenError::NewerSchema`] when a newer
+    /// keel wrote the file.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Option<SqliteStore>, OpenError> {
+        let path = path.as_ref().to_path_buf();
+        if !path.try_exists().unwrap_or(false) {
+            return Ok(None);
+        }
+        let sqlite = sqlite_error(&path);
+        let connection = Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(&sqlite)?;
+        connection.busy_timeout(BUSY_TIMEOUT).map_err(&sqlite)?;
+        let journal_mode: String = connection
+            .pragma_query_value(None, "journal_mode", |row| row.get(0))
+            .map_err(&sqlite)?;
+        if !journal_mode.eq_ignore_ascii_case("wal") {
+            return Ok(None);
+        }
+        let has_version: bool = connection
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version')",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(&sqlite)?;
+        if !has_version {
+            return Ok(None);
+        }
+        let found: Option<i64> = connection
+            .query_row("SELECT version FROM schema_version", [], |row| row.get(0))
+            .optional()
+            .map_err(&sqlite)?;
+        match found {
+            Some(found) if found > SCHEMA_VERSION => {
+                Err(OpenError::NewerSchema { path, found, supported: SCHEMA_VERSION })
+            }
+            Some(found) if found == SCHEMA_VERSION => {
+                let mut store = SqliteStore::with_connection(connection, Some(path));
+                // Reads use the one read-only connection: a reader connection is opened
+                // read-write, and the last one to close would checkpoint the WAL.
+                store.readers = None;
+                Ok(Some(store))
+            }
+            Some(_) | None => Ok(None),
+        }
+    }
+
     /// A private, empty ledger in memory, gone when the handle is dropped. For tests.
     ///
     /// # Errors
@@ -407,6 +471,26 @@ impl Store for SqliteStore {
         self.blocking(
             |message| keel_contracts::LeaseError::Backend { message },
             move |connection| leases::acquire(connection, session_id, &holder, now, ttl),
+        )
+        .await
+    }
+
+    /// The session's newest lease, on a read connection.
+    ///
+    /// # Errors
+    ///
+    /// [`keel_contracts::LeaseError::Backend`] when SQLite fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn current_lease(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Option<keel_contracts::Lease>, keel_contracts::LeaseError> {
+        self.reading(
+            |message| keel_contracts::LeaseError::Backend { message },
+            move |connection| leases::read(connection, session_id),
         )
         .await
     }

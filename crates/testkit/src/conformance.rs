@@ -131,6 +131,7 @@ pub async fn run_all<F: StoreFactory>(factory: &F) {
         durability::two_handles_racing_for_one_seq_one_wins,
         leases::one_holder_at_a_time_and_tokens_only_grow,
         leases::appends_are_fenced_by_the_newest_lease,
+        leases::the_current_lease_is_read_without_taking_it,
     );
 }
 

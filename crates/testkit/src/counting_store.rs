@@ -81,6 +81,13 @@ impl Store for CountingStore {
         self.inner.acquire_lease(session_id, holder, now, ttl).await
     }
 
+    async fn current_lease(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Option<keel_contracts::Lease>, keel_contracts::LeaseError> {
+        self.inner.current_lease(session_id).await
+    }
+
     async fn renew_lease(
         &self,
         lease: &keel_contracts::Lease,

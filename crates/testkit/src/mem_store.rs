@@ -189,6 +189,10 @@ impl Store for MemStore {
         Ok(lease)
     }
 
+    async fn current_lease(&self, session_id: SessionId) -> Result<Option<Lease>, LeaseError> {
+        Ok(self.lock().leases.get(&session_id).cloned())
+    }
+
     async fn renew_lease(
         &self,
         lease: &Lease,

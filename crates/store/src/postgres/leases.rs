@@ -32,6 +32,24 @@ async fn current(
     Ok(row.map(|row| (row.get(0), token_of(row.get(1)), row.get(2))))
 }
 
+/// The session's newest lease, read without a lock (a snapshot of the row).
+pub(super) async fn read(pool: &Pool, session_id: SessionId) -> Result<Option<Lease>, LeaseError> {
+    let client = pool.get().await.map_err(backend)?;
+    let row = client
+        .query_opt(
+            "SELECT holder, token, expires_at_ms FROM keel.leases WHERE session_id = $1",
+            &[&session_id.0],
+        )
+        .await
+        .map_err(backend)?;
+    Ok(row.map(|row| Lease {
+        session_id,
+        holder: row.get(0),
+        token: token_of(row.get(1)),
+        expires_at: lease_time(row.get(2)),
+    }))
+}
+
 pub(super) async fn acquire(
     pool: &Pool,
     session_id: SessionId,

@@ -22,6 +22,16 @@ fn current(tx: &Connection, session: &str) -> rusqlite::Result<Option<(String, u
     .optional()
 }
 
+/// The session's newest lease, read only.
+pub(super) fn read(
+    connection: &Connection,
+    session_id: SessionId,
+) -> Result<Option<Lease>, LeaseError> {
+    Ok(current(connection, &session_id.to_string()).map_err(backend)?.map(
+        |(holder, token, until)| Lease { session_id, holder, token, expires_at: lease_time(until) },
+    ))
+}
+
 pub(super) fn acquire(
     connection: &mut Connection,
     session_id: SessionId,

@@ -64,6 +64,41 @@ fn a_newer_schema_is_refused() {
     }
 }
 
+/// A read-only handle reads what the writer committed and writes nothing: the file, its
+/// WAL and its folder are byte-for-byte the same after reads and a close, and a write
+/// through it fails. A missing file, or one needing a migration, is `None` (open it then).
+#[tokio::test]
+async fn a_read_only_open_reads_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keel.sqlite");
+    assert!(SqliteStore::open_read_only(&path).unwrap().is_none());
+    assert!(!path.exists(), "a read-only open creates nothing");
+    let writer = SqliteStore::open(&path).unwrap();
+    let id = SessionId(Uuid::from_u128(9));
+    writer.append(&[event(id, 1, "one".to_owned())]).await.unwrap();
+    let lease = writer.acquire_lease(id, "a", Utc::now(), Duration::from_secs(30)).await.unwrap();
+    let snapshot = |suffix: &str| std::fs::read(format!("{}{suffix}", path.display())).unwrap();
+    let (db, wal) = (snapshot(""), snapshot("-wal"));
+    let store = SqliteStore::open_read_only(&path).unwrap().unwrap();
+    assert_eq!(store.read(id, Seq(0)).await.unwrap().len(), 1);
+    assert_eq!(store.sessions().await.unwrap().len(), 1);
+    let current = store.current_lease(id).await.unwrap().unwrap();
+    assert_eq!((current.holder, current.token), (lease.holder, lease.token));
+    assert!(store.append(&[event(id, 2, "two".to_owned())]).await.is_err());
+    drop(store);
+    assert_eq!((snapshot(""), snapshot("-wal")), (db, wal), "nothing was written");
+    // The writer is unaffected.
+    writer.append(&[event(id, 2, "two".to_owned())]).await.unwrap();
+    drop(writer);
+    Connection::open(&path).unwrap().execute("UPDATE schema_version SET version = 1", []).unwrap();
+    assert!(SqliteStore::open_read_only(&path).unwrap().is_none(), "older: needs a migration");
+    Connection::open(&path).unwrap().execute("UPDATE schema_version SET version = 99", []).unwrap();
+    assert!(matches!(
+        SqliteStore::open_read_only(&path),
+        Err(OpenError::NewerSchema { found: 99, .. })
+    ));
+}
+
 /// The ledger holds every prompt and tool result: a new one, its WAL and shared-memory
 /// files and a folder made for it are the owner's alone. An existing file keeps its mode.
 #[tokio::test]

@@ -63,3 +63,22 @@ pub(super) async fn appends_are_fenced_by_the_newest_lease<F: StoreFactory>(fact
     let stored = must(store.read(id, keel_contracts::Seq(0)).await, "read");
     assert_eq!(stored, chain[..2].to_vec(), "the fenced append wrote nothing");
 }
+
+pub(super) async fn the_current_lease_is_read_without_taking_it<F: StoreFactory>(factory: &F) {
+    let ledger = factory.create().await;
+    let store = factory.open(&ledger).await;
+    let id = session(42);
+    assert_eq!(must(store.current_lease(id).await, "no lease yet"), None);
+    let first = must(store.acquire_lease(id, "a", at(0), TTL).await, "lease");
+    assert_eq!(must(store.current_lease(id).await, "held"), Some(first.clone()));
+    // Reading it takes nothing: another holder is still refused, the holder still renews.
+    assert!(store.acquire_lease(id, "b", at(1), TTL).await.is_err());
+    let renewed = must(store.renew_lease(&first, at(2), TTL).await, "renew");
+    assert_eq!(must(store.current_lease(id).await, "renewed"), Some(renewed));
+    // A released lease reads as lapsed, with its token kept.
+    must(store.release_lease(&first).await, "release");
+    let released = must(store.current_lease(id).await, "released");
+    let released = released.unwrap_or_else(|| panic!("a released lease keeps its row"));
+    assert_eq!((released.holder.as_str(), released.token), ("a", first.token));
+    assert!(released.expires_at < at(0), "released: {}", released.expires_at);
+}
