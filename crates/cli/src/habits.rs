@@ -11,6 +11,7 @@ use crate::app::{exit, open_store, resolve_session, usage};
 use crate::output;
 use crate::terminal::one_line;
 use crate::view::{LineKind, Verbosity, View, ViewOptions};
+use keel_host::root::open_store_for_reading;
 
 /// A session as the user named it: an id or unique prefix, or `--last`.
 #[derive(Debug, Clone)]
@@ -55,7 +56,7 @@ pub(crate) async fn sessions(
     workspace: Option<&Path>,
     limit: Option<usize>,
 ) -> anyhow::Result<u8> {
-    let (_, store) = open_store().await?;
+    let (_, store) = open_store_for_reading().await?;
     let mut sessions = store.sessions().await?;
     if let Some(dir) = workspace {
         let dir = crate::app::canonical_workspace(Some(dir))?;
@@ -94,6 +95,14 @@ pub(crate) async fn sessions(
         (_, Some(usd)) => format!("${usd:.4}"),
         (_, None) => "cost ?".to_owned(),
     };
+    // What each session is now: a run whose process is gone is shown as interrupted.
+    let mut states = std::collections::BTreeMap::new();
+    for session in &sessions {
+        states.insert(session.id, shown_state(&store, session).await);
+    }
+    let state_of = |session: &SessionSummary| {
+        states.get(&session.id).copied().unwrap_or(session.status.as_str())
+    };
     if json {
         for session in &sessions {
             let usage = totals.get(&session.id).copied().unwrap_or_default();
@@ -105,7 +114,7 @@ pub(crate) async fn sessions(
                 "model": session.model,
                 "title": session.title,
                 "last_seq": session.last_seq,
-                "status": session.status.as_str(),
+                "status": state_of(session),
                 "parent": session.parent,
                 "usage": usage,
             });
@@ -122,10 +131,10 @@ pub(crate) async fn sessions(
         // Local time with its offset, so a reader never guesses the zone.
         let updated = session.updated_at.with_timezone(&chrono::Local);
         outln!(
-            "{}{}  {:<9}  {}  {:>8} tok  {:>9}  {}  {}  {}",
+            "{}{}  {:<11}  {}  {:>8} tok  {:>9}  {}  {}  {}",
             "  ".repeat(depth),
             session.id,
-            session.status.as_str(),
+            state_of(session),
             updated.format("%Y-%m-%d %H:%M:%S %:z"),
             usage.input_tokens + usage.output_tokens + usage.reasoning_tokens,
             cost_text(&usage),
@@ -158,7 +167,7 @@ pub(crate) async fn sessions(
 /// `keel log SESSION|--last [--json | -v]`: the run's view (the same projection a live run
 /// shows, answers included), every event (`-v`), or the exact events as JSON lines.
 pub(crate) async fn log(session: &SessionArg, json: bool, verbose: bool) -> anyhow::Result<u8> {
-    let (_, store) = open_store().await?;
+    let (_, store) = open_store_for_reading().await?;
     let session_id = session.resolve(&store).await?;
     let events = store.read(session_id, Seq(0)).await?;
     let verbosity = if verbose { Verbosity::Verbose } else { Verbosity::Normal };
@@ -225,28 +234,32 @@ pub(crate) async fn stop(session: &SessionArg) -> anyhow::Result<u8> {
     }
 }
 
-/// Why nobody drives the session's open run, when that is known: its lease holder's
-/// process is gone (killed, crashed), or no lease is held at all. `None` when a live
-/// process (or one on another machine, or a store without leases) may still hold it.
+/// How listings name a session's state: its stored status, except that an open run whose
+/// process is gone is `interrupted` (nothing drives it; `keel resume` continues it, and the
+/// next start closes it). Reads the lease, never takes it: a listing writes nothing.
+async fn shown_state(store: &Arc<dyn Store>, session: &SessionSummary) -> &'static str {
+    match session.status {
+        SessionStatus::Running if gone_holder(store, session.id).await.is_some() => "interrupted",
+        status => status.as_str(),
+    }
+}
+
+/// Why nobody drives the session's open run, when that is known: no process holds its
+/// lease (never taken, released, or lapsed unrenewed), or its holder's process is gone
+/// (killed, crashed). `None` when a live process (or one on another machine, or a store
+/// without leases) may still hold it.
 ///
-/// Asks by taking the lease for a moment: held by another, it names the holder; free, it
-/// is given back at once. A lease taken from a dead holder fences nothing that could
-/// still write.
+/// Reads the lease row only (`Store::current_lease`): nothing is written.
 async fn gone_holder(store: &Arc<dyn Store>, session_id: SessionId) -> Option<String> {
     use keel_kernel::HolderLiveness as _;
-    let probe = format!("{} (keel stop)", keel_host::root::lease_holder());
     let now = keel_contracts::Clock::now(&keel_contracts::SystemClock);
-    match store.acquire_lease(session_id, &probe, now, std::time::Duration::from_secs(5)).await {
-        Ok(lease) => {
-            let _ = store.release_lease(&lease).await;
-            Some("no process holds its lease".to_owned())
+    match store.current_lease(session_id).await {
+        Ok(None) => Some("no process holds its lease".to_owned()),
+        Ok(Some(lease)) if lease.expires_at <= now => Some("no process holds its lease".to_owned()),
+        Ok(Some(lease)) if keel_host::root::LocalProcesses.alive(&lease.holder) == Some(false) => {
+            Some(format!("the process that ran it ({}) is gone", lease.holder))
         }
-        Err(keel_contracts::LeaseError::Held { holder, .. })
-            if keel_host::root::LocalProcesses.alive(&holder) == Some(false) =>
-        {
-            Some(format!("the process that ran it ({holder}) is gone"))
-        }
-        Err(_) => None,
+        Ok(Some(_)) | Err(_) => None,
     }
 }
 

@@ -83,14 +83,7 @@ pub async fn open_store() -> anyhow::Result<(PathBuf, Arc<dyn Store>)> {
 pub async fn open_stores()
 -> anyhow::Result<(PathBuf, Arc<dyn Store>, Arc<dyn keel_store::Schedules>)> {
     let home = config::keel_home()?;
-    let database_url = match std::env::var("KEEL_DATABASE_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
-        Ok(_) | Err(std::env::VarError::NotPresent) => None,
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(usage("KEEL_DATABASE_URL is not valid UTF-8"));
-        }
-    };
-    if let Some(url) = database_url {
+    if let Some(url) = database_url()? {
         if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
             return Err(usage(
                 "KEEL_DATABASE_URL must be a postgres:// URL (unset it for the embedded ledger)",
@@ -109,6 +102,38 @@ pub async fn open_stores()
             .with_context(|| format!("cannot open the ledger at {}", path.display()))?,
     );
     Ok((home, store.clone(), store))
+}
+
+/// [`open_store`] for commands that only read (`keel sessions`, `keel log`): an existing,
+/// current embedded ledger is opened read-only, so the command writes and fsyncs nothing;
+/// otherwise (no ledger yet, an older schema, PostgreSQL) it is opened as [`open_store`]
+/// opens it.
+///
+/// # Errors
+///
+/// As [`open_store`].
+pub async fn open_store_for_reading() -> anyhow::Result<(PathBuf, Arc<dyn Store>)> {
+    if database_url()?.is_none() {
+        let home = config::keel_home()?;
+        let path = keel_store::default_path(&home);
+        let store = SqliteStore::open_read_only(&path)
+            .with_context(|| format!("cannot open the ledger at {}", path.display()))?;
+        if let Some(store) = store {
+            return Ok((home, Arc::new(store)));
+        }
+    }
+    open_store().await
+}
+
+/// `KEEL_DATABASE_URL`, trimmed; `None` when unset or blank.
+fn database_url() -> anyhow::Result<Option<String>> {
+    match std::env::var("KEEL_DATABASE_URL") {
+        Ok(url) if !url.trim().is_empty() => Ok(Some(url.trim().to_owned())),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(usage("KEEL_DATABASE_URL is not valid UTF-8"))
+        }
+    }
 }
 
 /// A usage or configuration error (the CLI's exit status 2, the host's 400).

@@ -753,6 +753,46 @@ fn stop_on_a_run_whose_process_was_killed_says_it_was_interrupted_and_exits_1() 
     assert_eq!(stdout(&env.run(&["log", &session, "--json"])), before);
 }
 
+/// A run whose process was killed is not shown as running: `keel sessions` and its JSON
+/// say `interrupted` (its lease holder is gone), while a live run says `running`; and the
+/// listing writes nothing to the ledger (its file and WAL are byte-for-byte unchanged).
+#[test]
+fn sessions_show_a_killed_run_as_interrupted_and_write_nothing() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(&env, LONG_COMMAND);
+    let mut child = env
+        .keel()
+        .args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto"])
+        .args(["--sandbox", "bypass", "t"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let session = wait_for_prepared(&env);
+    let state = |env: &Env| {
+        let listed = stdout(&env.run(&["sessions", "--json"]));
+        let row: serde_json::Value = serde_json::from_str(listed.trim()).unwrap();
+        assert_eq!(row["session_id"], session.as_str());
+        row
+    };
+    // The neighbour: a run whose process lives is running.
+    assert_eq!(state(&env)["status"], "running");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let ledger = env.home.path().join("keel.sqlite");
+    let files = || {
+        ["", "-wal"].map(|suffix| std::fs::read(format!("{}{suffix}", ledger.display())).unwrap())
+    };
+    let before = files();
+    assert_eq!(state(&env)["status"], "interrupted");
+    let table = stdout(&env.run(&["sessions"]));
+    assert!(table.contains("interrupted") && !table.contains("running"), "{table}");
+    assert!(stdout(&env.run(&["log", &session, "-v"])).contains("run call_1_1: bash"));
+    assert!(files() == before, "a listing wrote to the ledger");
+}
+
 #[test]
 fn the_test_environment_has_a_private_home() {
     let env = Env::new();
