@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::environment::{self, Plan};
 use crate::experiment::Subject;
 use crate::ledger::Cell;
-use crate::task::{Task, TaskError};
+use crate::task::Task;
 
 /// The largest reward file read, in bytes.
 pub const MAX_REWARD_BYTES: u64 = 64 * 1024;
@@ -134,7 +134,7 @@ struct AgentPhase {
 /// session with an open run (closed by the next keel that starts) and no record.
 pub async fn run(
     context: &AttemptContext,
-    task: &Result<Task, TaskError>,
+    task: &Task,
     subject: &Subject,
     cell: &Cell,
     attempt_id: &str,
@@ -198,11 +198,10 @@ type Outcome = (Class, Option<f64>, AgentPhase, Option<String>);
 
 async fn attempt(
     context: &AttemptContext,
-    task: &Result<Task, TaskError>,
+    task: &Task,
     subject: &Subject,
     dir: &Path,
 ) -> Result<Outcome, Failure> {
-    let task = task.as_ref().map_err(|error| infra(format!("task folder: {error}")))?;
     let agent_timeout = task.config.agent_timeout().map_err(|e| infra(e.to_string()))?;
     let verifier_timeout = task.config.verifier_timeout().map_err(|e| infra(e.to_string()))?;
     let threshold = task.config.pass_threshold().map_err(|e| infra(e.to_string()))?;
@@ -337,6 +336,44 @@ async fn oracle(
     })
 }
 
+/// The settings an agent attempt runs with: `model`, the managed sandbox, consent inside
+/// it, and `timeout` as its time budget.
+fn agent_settings(model: &str, timeout: Duration) -> RunSettings {
+    RunSettings {
+        model: Some(model.to_owned()),
+        sandbox: Some(SandboxMode::Managed),
+        approval: Some(ApprovalMode::Sandboxed),
+        max_time: Some(format!("{}ms", timeout.as_millis().max(1))),
+        ..RunSettings::default()
+    }
+}
+
+/// Checks that an agent can be built for the subject `model` before any attempt runs: its
+/// settings resolve through the composition root as an attempt's do (the user's config,
+/// prices) and its model client builds (a known provider, a readable and valid script, the
+/// provider's key when its own endpoint is used). Nothing is started or recorded.
+///
+/// # Errors
+///
+/// Why it cannot be built, as the composition root says it.
+pub fn check_subject(context: &AttemptContext, model: &str) -> std::result::Result<(), String> {
+    // No attempt's workspace exists yet; one that does not exist reads as an empty one
+    // (no workspace config, instructions or skills), which is what a task's fresh
+    // workspace can add to the model settings before it is trusted: nothing.
+    let workspace = context.home.join("eval").join("subject-check");
+    let settings = agent_settings(model, crate::task::DEFAULT_AGENT_TIMEOUT);
+    let prepared = root::prepare(&context.home, &workspace, &settings, None, &context.store, None)
+        .map_err(|error| format!("{error:#}"))?;
+    let resolved = &prepared.resolved;
+    keel_host::provider::model_client(
+        &resolved.model_spec,
+        resolved.base_url.as_deref(),
+        resolved.context_window,
+    )
+    .map(drop)
+    .map_err(|error| format!("{error:#}"))
+}
+
 /// An agent: an ordinary keel session in the workspace, built by the composition root,
 /// with the task's agent timeout as its time budget.
 async fn agent(
@@ -352,13 +389,7 @@ async fn agent(
     let workspace = mounts.workspace.clone();
     keel_host::plant_key::install(&context.home, &workspace);
     let _repaired = keel_sandbox::recover_plants(&workspace);
-    let settings = RunSettings {
-        model: Some(model.to_owned()),
-        sandbox: Some(SandboxMode::Managed),
-        approval: Some(ApprovalMode::Sandboxed),
-        max_time: Some(format!("{}ms", timeout.as_millis().max(1))),
-        ..RunSettings::default()
-    };
+    let settings = agent_settings(model, timeout);
     let setup = |error: anyhow::Error| infra(format!("agent {model}: {error:#}"));
     let prepared = root::prepare(&context.home, &workspace, &settings, None, &context.store, None)
         .map_err(setup)?;

@@ -136,13 +136,16 @@ pub struct Summary {
 ///
 /// # Errors
 ///
-/// [`Error::Usage`] when `out` holds a different experiment or the tasks cannot be listed;
+/// [`Error::Usage`] when `out` holds a different experiment, the tasks cannot be listed,
+/// or a task or subject is unusable (see [`checked`]), before any attempt runs;
 /// [`Error::Io`] / [`Error::Ledger`] when `out` cannot be written.
 ///
 /// # Cancel safety
 ///
 /// Dropping it leaves started attempts without results; [`resume`] runs their cells again.
 pub async fn run(spec: &ExperimentSpec, out: &Path, context: &EvalContext) -> Result<Summary> {
+    // Before anything is written: a broken task or subject is the user's to fix first.
+    let tasks = checked(spec, out, context)?;
     std::fs::create_dir_all(out).map_err(|error| Error::io(out, error))?;
     let ledger = EvalLedger::open(out)?;
     let json = serde_json::to_string(spec).map_err(|error| Error::Usage(error.to_string()))?;
@@ -163,7 +166,7 @@ pub async fn run(spec: &ExperimentSpec, out: &Path, context: &EvalContext) -> Re
         }
         None => ledger.record_experiment(&uuid::Uuid::now_v7().to_string(), &json)?,
     }
-    execute(spec, out, &ledger, context).await
+    execute(spec, tasks, out, &ledger, context).await
 }
 
 /// Finishes the experiment in `out`: runs only the cells without a finished attempt.
@@ -187,7 +190,8 @@ pub async fn resume(out: &Path, context: &EvalContext) -> Result<Summary> {
         return Err(Error::Usage(format!("{} holds no experiment", out.display())));
     };
     let spec = parse_spec(&ledger, &stored)?;
-    execute(&spec, out, &ledger, context).await
+    let tasks = checked(&spec, out, context)?;
+    execute(&spec, tasks, out, &ledger, context).await
 }
 
 fn parse_spec(ledger: &EvalLedger, json: &str) -> Result<ExperimentSpec> {
@@ -198,12 +202,20 @@ fn parse_spec(ledger: &EvalLedger, json: &str) -> Result<ExperimentSpec> {
     })
 }
 
-async fn execute(
+/// Every task of `spec`, loaded, once every task and subject has been checked: a task
+/// folder that does not load (`task.toml`, `instruction.md`, their values) or has no
+/// `tests/test.sh` (nor `solution/solve.sh` when `oracle` is a subject), and a subject no
+/// agent can be built for ([`attempt::check_subject`]), are found before any attempt runs.
+///
+/// # Errors
+///
+/// [`Error::Usage`] naming every unusable task and subject at once, or when the tasks
+/// cannot be listed or there are none.
+fn checked(
     spec: &ExperimentSpec,
     out: &Path,
-    ledger: &EvalLedger,
     context: &EvalContext,
-) -> Result<Summary> {
+) -> Result<Vec<(String, Task)>> {
     let folders = task::task_folders(&spec.tasks)
         .map_err(|error| Error::Usage(format!("tasks {}: {error}", spec.tasks.display())))?;
     // An output folder inside the dataset is not one of its tasks.
@@ -213,8 +225,56 @@ async fn execute(
     if folders.is_empty() {
         return Err(Error::Usage(format!("{} holds no task folders", spec.tasks.display())));
     }
-    let tasks: Vec<(String, std::result::Result<Task, TaskError>)> =
-        folders.iter().map(|(name, dir)| (name.clone(), task::load(name, dir))).collect();
+    let oracle = spec.subjects.iter().any(|subject| subject == "oracle");
+    let mut problems = Vec::new();
+    let mut tasks = Vec::new();
+    for (name, dir) in &folders {
+        let loaded = task::load(name, dir).and_then(|task| {
+            let mut needed = vec!["tests/test.sh"];
+            if oracle {
+                needed.push("solution/solve.sh");
+            }
+            match needed.into_iter().find(|file| !is_regular_file(&dir.join(file))) {
+                Some(file) => Err(TaskError::Missing { file: file.to_owned() }),
+                None => Ok(task),
+            }
+        });
+        match loaded {
+            Ok(task) => tasks.push((name.clone(), task)),
+            Err(error) => problems.push(format!("task {name} ({}): {error}", dir.display())),
+        }
+    }
+    let attempt_context =
+        AttemptContext { home: context.home.clone(), store: context.store.clone() };
+    for subject in &spec.subjects {
+        if let Subject::Model(model) = Subject::parse(subject)
+            && let Err(reason) = attempt::check_subject(&attempt_context, &model)
+        {
+            problems.push(format!("subject {subject}: {reason}"));
+        }
+    }
+    if problems.is_empty() {
+        Ok(tasks)
+    } else {
+        Err(Error::Usage(format!(
+            "the experiment cannot start; nothing was run:\n  {}",
+            problems.join("\n  ")
+        )))
+    }
+}
+
+/// Whether `path` is a regular file itself (not through a symbolic link).
+fn is_regular_file(path: &Path) -> bool {
+    path.symlink_metadata().is_ok_and(|meta| meta.is_file())
+}
+
+async fn execute(
+    spec: &ExperimentSpec,
+    tasks: Vec<(String, Task)>,
+    out: &Path,
+    ledger: &EvalLedger,
+    context: &EvalContext,
+) -> Result<Summary> {
     let mut cells = Vec::new();
     for (name, _) in &tasks {
         for subject in &spec.subjects {

@@ -88,6 +88,26 @@ fn eval_usage_errors_exit_2() {
     let no_dir = env.run(&["eval", "resume", env.scratch.path().join("nothing").to_str().unwrap()]);
     assert_eq!(no_dir.status.code(), Some(2), "{}", stderr(&no_dir));
     assert!(stderr(&no_dir).contains("holds no experiment"));
+    // A subject whose script is missing or invalid is found before any attempt: exit 2,
+    // both named, nothing written (it used to run every attempt as infra_error, exit 0).
+    let missing = env.scratch.path().join("no-such.json");
+    let invalid = env.write_script("invalid.json", r#"{"steps": [{"txt": "typo"}]}"#);
+    let bad_scripts = env
+        .keel()
+        .arg("eval")
+        .arg(&tasks)
+        .args(["-s", "oracle", "-s", &format!("scripted:{}", missing.display())])
+        .args(["-s", &format!("scripted:{}", invalid.display())])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(bad_scripts.status.code(), Some(2), "{}", stderr(&bad_scripts));
+    let message = stderr(&bad_scripts);
+    assert!(message.contains(&format!("cannot read script {}", missing.display())), "{message}");
+    assert!(message.contains(&format!("invalid script {}", invalid.display())), "{message}");
+    assert!(!message.contains(" → "), "no attempt ran: {message}");
+    assert!(!out.exists(), "nothing was written");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use keel_eval::Class;
+use keel_eval::{Class, ExperimentSpec};
 
 use super::support::{Lab, TaskBuilder, by_task, check_trajectories, results};
 
@@ -60,9 +60,8 @@ async fn scripted_subjects_that_pass_fail_time_out_and_crash_get_their_classes()
     let fail = lab.script("fail.json", FAIL);
     let slow = lab.script("slow.json", SLOW);
     let crash = lab.script("crash.json", CRASH);
-    let missing = format!("scripted:{}", lab.scratch.path().join("no-such-script.json").display());
-    let (summary, records) = lab.run(&dataset, &[&pass, &fail, &slow, &crash, &missing], 1).await;
-    assert_eq!(summary.ran, 5);
+    let (summary, records) = lab.run(&dataset, &[&pass, &fail, &slow, &crash], 1).await;
+    assert_eq!(summary.ran, 4);
     let class_of = |subject: &str| {
         let found = by_task(&records, "answer", subject);
         assert_eq!(found.len(), 1, "{subject}");
@@ -86,13 +85,6 @@ async fn scripted_subjects_that_pass_fail_time_out_and_crash_get_their_classes()
     assert_eq!(crashed.class, Class::Failed, "{crashed:?}");
     assert_eq!(crashed.agent_outcome.as_deref(), Some("failed"));
     assert!(crashed.session_id.is_some() && crashed.trajectory.is_some());
-
-    let unstartable = class_of(&missing);
-    assert_eq!(
-        (unstartable.class, unstartable.reward),
-        (Class::InfraError, None),
-        "{unstartable:?}"
-    );
 
     // Every agent attempt that ran a session wrote a trajectory in Harbor's schema.
     assert_eq!(check_trajectories(&records), 4);
@@ -150,8 +142,12 @@ async fn verifier_failures_are_verifier_error_never_zero() {
     assert!(report.contains("| crash | oracle | 1 | — | — (k=1) | — |"), "not scored: {report}");
 }
 
+/// Tasks and subjects are checked before any attempt: every unusable one is named in one
+/// usage error and nothing is run or written (no attempt, no `--out` folder). A task whose
+/// environment needs Docker is not unusable, only unrunnable here: its attempt is
+/// `infra_error` with the reason.
 #[tokio::test]
-async fn bad_task_folders_are_infra_errors_with_clear_reasons() {
+async fn unusable_tasks_and_subjects_are_usage_errors_before_any_attempt() {
     let lab = Lab::new();
     let dataset = lab.dataset();
     let no_toml = TaskBuilder::new(&dataset, "no-toml");
@@ -160,26 +156,57 @@ async fn bad_task_folders_are_infra_errors_with_clear_reasons() {
         .file("task.toml", "[verifier]\ntimeout_sec = \"soon\"\n");
     TaskBuilder::new(&dataset, "bad-syntax").file("task.toml", "[verifier\ntimeout_sec = 1\n");
     TaskBuilder::new(&dataset, "bad-range").file("task.toml", "[agent]\ntimeout_sec = -5.0\n");
+    let no_tests = TaskBuilder::new(&dataset, "no-tests");
+    std::fs::remove_file(no_tests.dir.join("tests/test.sh")).unwrap();
+    let no_solution = TaskBuilder::new(&dataset, "no-solution");
+    std::fs::remove_file(no_solution.dir.join("solution/solve.sh")).unwrap();
+    TaskBuilder::new(&dataset, "fine");
+    let missing = format!("scripted:{}", lab.scratch.path().join("no-such-script.json").display());
+    let invalid = lab.script("invalid.json", r#"{"steps": [{"txt": "typo"}]}"#);
+    let good = lab.script("pass.json", PASS);
+    let subjects: Vec<String> =
+        ["oracle", &missing, &invalid, &good].iter().map(|s| (*s).to_owned()).collect();
+    let spec = ExperimentSpec::new(&dataset, &subjects, 1, lab.scratch.path()).unwrap();
+    let error = keel_eval::run(&spec, &lab.out(), &lab.context()).await.unwrap_err();
+    let keel_eval::Error::Usage(message) = &error else { panic!("not a usage error: {error:?}") };
+    for named in [
+        "task no-toml",
+        "task.toml is missing",
+        "task bad-type",
+        "task.toml is malformed",
+        "task bad-syntax",
+        "task bad-range",
+        "agent.timeout_sec must be a positive number",
+        "task no-tests",
+        "tests/test.sh is missing",
+        "task no-solution",
+        "solution/solve.sh is missing",
+        &format!("subject {missing}: cannot read script"),
+        &format!("subject {invalid}: invalid script"),
+    ] {
+        assert!(message.contains(named), "{named:?} not in {message}");
+    }
+    assert!(!message.contains("task fine") && !message.contains(&good), "{message}");
+    assert!(!lab.out().exists(), "nothing was written before the check");
+
+    // The neighbour: without oracle, a task with no solution is fine, and the good tasks
+    // and subject run; a Docker-only environment is an attempt's infra_error.
+    for broken in ["no-toml", "bad-type", "bad-syntax", "bad-range", "no-tests"] {
+        std::fs::remove_dir_all(dataset.join(broken)).unwrap();
+    }
     TaskBuilder::new(&dataset, "needs-docker")
         .file("environment/Dockerfile", "FROM ubuntu:24.04\nRUN apt-get install -y git\n");
-    TaskBuilder::new(&dataset, "fine");
-    let (summary, records) = lab.run(&dataset, &["oracle"], 1).await;
-    assert_eq!(summary.cells, 6);
-    let reason_of = |task: &str| {
-        let record = by_task(&records, task, "oracle")[0].clone();
-        assert_eq!((record.class, record.reward), (Class::InfraError, None), "{record:?}");
-        record.reason.unwrap()
-    };
-    assert!(reason_of("no-toml").contains("task.toml is missing"));
-    assert!(reason_of("bad-type").contains("task.toml is malformed"));
-    assert!(reason_of("bad-syntax").contains("task.toml is malformed"));
-    assert!(reason_of("bad-range").contains("agent.timeout_sec must be a positive number"));
-    let docker = reason_of("needs-docker");
+    let (summary, records) = lab.run(&dataset, &[&good], 1).await;
+    assert_eq!(summary.cells, 3);
+    assert_eq!(by_task(&records, "fine", &good)[0].class, Class::Passed);
+    assert_eq!(by_task(&records, "no-solution", &good)[0].class, Class::Passed);
+    let docker = by_task(&records, "needs-docker", &good)[0].clone();
+    assert_eq!((docker.class, docker.reward), (Class::InfraError, None), "{docker:?}");
+    let reason = docker.reason.unwrap();
     assert!(
-        docker.contains("RUN needs Docker") && docker.contains("Docker is not available"),
-        "{docker}"
+        reason.contains("RUN needs Docker") && reason.contains("Docker is not available"),
+        "{reason}"
     );
-    assert_eq!(by_task(&records, "fine", "oracle")[0].class, Class::Passed);
 }
 
 #[tokio::test]
