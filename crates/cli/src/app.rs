@@ -108,7 +108,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             mcp::list(workspace.as_deref(), json).await
         }
         Command::Mcp { command: McpCommand::Login { name, workspace, timeout, no_browser } } => {
-            mcp::login(&name, workspace.as_deref(), timeout, no_browser).await
+            mcp::login(&name, workspace.as_deref(), &timeout, no_browser).await
         }
         Command::Mcp { command: McpCommand::Logout { name, workspace } } => {
             mcp::logout(&name, workspace.as_deref())

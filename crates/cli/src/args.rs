@@ -327,9 +327,9 @@ pub(crate) enum McpCommand {
         /// Workspace whose .keel/config.toml is merged (default: the current directory).
         #[arg(short = 'C', long = "workspace", value_name = "DIR")]
         workspace: Option<PathBuf>,
-        /// How long to wait for the browser step, in seconds.
-        #[arg(long, default_value_t = 300, value_name = "SECONDS")]
-        timeout: u64,
+        /// How long to wait for the browser step: 90s, 5m (bare seconds also work).
+        #[arg(long, default_value = "5m", value_name = "DURATION")]
+        timeout: String,
         /// Do not try to open a browser; only print the URL.
         #[arg(long)]
         no_browser: bool,

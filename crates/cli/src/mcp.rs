@@ -15,8 +15,9 @@ use crate::config;
 pub(crate) const PROVIDER_TOOL_LIMIT: usize = 128;
 
 /// `keel mcp list`: each server's state, tools, declared access and the server's own
-/// `readOnlyHint`, as text or (`json`) one JSON object. Exits 0 whatever the servers'
-/// states.
+/// `readOnlyHint`, as text or (`json`) one JSON object. Exits 0 when every server
+/// connected (or none is configured), 1 when any failed; the failed ones are named on
+/// stderr.
 pub(crate) async fn list(workspace: Option<&Path>, json: bool) -> anyhow::Result<u8> {
     let workspace = canonical_workspace(workspace)?;
     let home = config::keel_home()?;
@@ -53,7 +54,7 @@ pub(crate) async fn list(workspace: Option<&Path>, json: bool) -> anyhow::Result
             "notes": notes,
         });
         outln!("{report}");
-        return Ok(exit::COMPLETED);
+        return Ok(failures(started.statuses()));
     }
     for note in &notes {
         eprintln!("keel: {note}");
@@ -86,7 +87,27 @@ pub(crate) async fn list(workspace: Option<&Path>, json: bool) -> anyhow::Result
             outln!("  log: {}", log.display());
         }
     }
-    Ok(exit::COMPLETED)
+    Ok(failures(started.statuses()))
+}
+
+/// The exit status of a listing: `FAILED` when a server failed to connect, after naming
+/// every failed one on stderr; `COMPLETED` otherwise.
+fn failures(statuses: &[keel_mcp::ServerStatus]) -> u8 {
+    let failed: Vec<&str> = statuses
+        .iter()
+        .filter(|status| matches!(status.state, ServerState::Failed { .. }))
+        .map(|status| status.name.as_str())
+        .collect();
+    if failed.is_empty() {
+        return exit::COMPLETED;
+    }
+    eprintln!(
+        "keel: {} of {} MCP servers failed to connect: {}",
+        failed.len(),
+        statuses.len(),
+        crate::terminal::neutralize(&failed.join(", "))
+    );
+    exit::FAILED
 }
 
 /// The validated server `name` of the merged config, refusing one from a workspace file.
@@ -110,14 +131,21 @@ fn server_spec(
 
 /// `keel mcp login NAME`: the OAuth browser step for a URL server of the user's own
 /// config. Prints the authorization URL, opens a browser when one is available, waits up
-/// to `timeout` seconds for the redirect on 127.0.0.1, stores the tokens.
+/// to `timeout` (a duration such as `90s` or `5m`, or bare seconds) for the redirect on
+/// 127.0.0.1, stores the tokens. A server that is not a URL server is a usage error.
 pub(crate) async fn login(
     name: &str,
     workspace: Option<&Path>,
-    timeout: u64,
+    timeout: &str,
     no_browser: bool,
 ) -> anyhow::Result<u8> {
+    let timeout = login_timeout(timeout)?;
     let (spec, home) = server_spec(name, workspace)?;
+    if !matches!(spec.transport, keel_mcp::TransportSpec::Http { .. }) {
+        return Err(usage(format!(
+            "mcp server '{name}' is not a URL server; OAuth login applies to `url` servers only"
+        )));
+    }
     let client_secret = match &spec.oauth.client_secret_env {
         Some(variable) => match std::env::var(variable) {
             Ok(secret) if !secret.is_empty() => Some(secret),
@@ -132,7 +160,7 @@ pub(crate) async fn login(
     let options = keel_mcp::oauth::LoginOptions {
         store: keel_mcp::oauth::OAuthStore::new(keel_host::mcp::oauth_dir(&home)),
         client_secret,
-        timeout: std::time::Duration::from_secs(timeout.max(1)),
+        timeout,
     };
     let browser = TerminalBrowser { open: !no_browser };
     match keel_mcp::oauth::login(&spec, &options, &browser).await {
@@ -154,6 +182,22 @@ pub(crate) async fn login(
             Ok(exit::FAILED)
         }
     }
+}
+
+/// `--timeout` of `keel mcp login`: a duration with its unit, as every duration flag takes
+/// (`90s`, `5m`), or bare seconds (what the flag took first, so `--timeout 300` keeps
+/// meaning five minutes).
+fn login_timeout(text: &str) -> anyhow::Result<std::time::Duration> {
+    let bare_seconds = text.trim().parse::<u64>().ok().filter(|seconds| *seconds > 0);
+    bare_seconds
+        .map(std::time::Duration::from_secs)
+        .or_else(|| keel_host::root::parse_duration(text))
+        .ok_or_else(|| {
+            usage(format!(
+                "invalid --timeout '{}': give a positive time such as 90s or 5m",
+                crate::terminal::neutralize(text)
+            ))
+        })
 }
 
 /// `keel mcp logout NAME`: deletes the stored OAuth login.
@@ -258,4 +302,22 @@ fn status_json(status: &keel_mcp::ServerStatus) -> serde_json::Value {
         "notes": status.notes,
         "log": status.log_path.as_ref().map(|path| path.display().to_string()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn login_timeouts_are_durations_or_bare_seconds() {
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(login_timeout("90s").unwrap(), secs(90));
+        assert_eq!(login_timeout("2m").unwrap(), secs(120));
+        assert_eq!(login_timeout("300").unwrap(), secs(300));
+        assert_eq!(login_timeout("1500ms").unwrap(), std::time::Duration::from_millis(1500));
+        for bad in ["", "0", "0s", "soon", "10x", "-5s", "99999999999999999999999s"] {
+            let error = login_timeout(bad).unwrap_err();
+            assert!(keel_host::root::is_usage(&error), "{bad:?}: {error}");
+        }
+    }
 }

@@ -542,7 +542,11 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         "h" => number * 3600.0,
         _ => return None,
     };
-    (seconds.is_finite() && seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
+    // `try_`: a time too long for a `Duration` is refused like any other bad one, never a
+    // panic.
+    (seconds.is_finite() && seconds > 0.0)
+        .then(|| Duration::try_from_secs_f64(seconds).ok())
+        .flatten()
 }
 
 /// `dir` (else the current directory) made canonical, after repairing what a killed

@@ -164,7 +164,13 @@ fn mcp_list_shows_state_tools_and_declared_access() {
         ),
     );
     let output = env.run(&["mcp", "list", "-C", workspace.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    // A server failed to connect: exit 1, naming it (and only it) on stderr.
+    assert_eq!(output.status.code(), Some(1), "stderr: {}", stderr(&output));
+    assert!(
+        stderr(&output).contains("1 of 2 MCP servers failed to connect: broken\n"),
+        "{}",
+        stderr(&output)
+    );
     let text = stdout(&output);
     let line = |prefix: &str| {
         text.lines()
@@ -228,7 +234,8 @@ fn mcp_list_json_has_every_server_and_tool() {
         ),
     );
     let output = env.run(&["mcp", "list", "--json", "-C", workspace.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    assert_eq!(output.status.code(), Some(1), "stderr: {}", stderr(&output));
+    assert!(stderr(&output).contains("failed to connect: broken"), "{}", stderr(&output));
     let report: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     let servers = report["servers"].as_array().unwrap();
     let server = |name: &str| servers.iter().find(|s| s["name"] == name).unwrap().clone();
@@ -324,4 +331,61 @@ fn redteam_mcp_a_server_wide_deny_or_forbid_refuses_every_tool_of_that_server() 
         assert!(stderr(&output).contains(named), "{}", stderr(&output));
         assert!(stderr(&output).contains("mcp__SERVER__*"), "{}", stderr(&output));
     }
+}
+
+/// Every server connected: `keel mcp list` exits 0 and names no failure.
+#[test]
+fn mcp_list_exits_0_when_every_server_connects() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    write_user_config(
+        &env,
+        &format!(
+            "[mcp_servers.fs]\ncommand = \"node\"\nargs = [{}, \".\"]\n",
+            server_js("server-filesystem")
+        ),
+    );
+    for json in [false, true] {
+        let mut args = vec!["mcp", "list", "-C", workspace.to_str().unwrap()];
+        if json {
+            args.push("--json");
+        }
+        let output = env.run(&args);
+        assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+        assert!(!stderr(&output).contains("failed"), "{}", stderr(&output));
+    }
+}
+
+/// OAuth login and logout are for URL servers: naming a stdio server is a usage error
+/// (exit 2), and so is a `--timeout` that is not a time; nothing is started or stored.
+#[test]
+fn mcp_login_and_logout_of_a_stdio_server_are_usage_errors() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let marker = env.scratch.path().join("started");
+    write_user_config(
+        &env,
+        &format!(
+            "[mcp_servers.local]\ncommand = \"sh\"\nargs = [\"-c\", \"touch {}\"]\n",
+            marker.display()
+        ),
+    );
+    let ws = workspace.to_str().unwrap();
+    for args in [
+        vec!["mcp", "login", "local", "-C", ws, "--no-browser"],
+        vec!["mcp", "login", "local", "-C", ws, "--no-browser", "--timeout", "2m"],
+        vec!["mcp", "logout", "local", "-C", ws],
+    ] {
+        let output = env.run(&args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains("is not a URL server"), "{}", stderr(&output));
+    }
+    for bad in ["soon", "0", "10x", "-5s"] {
+        let timeout = format!("--timeout={bad}");
+        let output = env.run(&["mcp", "login", "local", "-C", ws, &timeout]);
+        assert_eq!(output.status.code(), Some(2), "{bad}: {}", stderr(&output));
+        assert!(stderr(&output).contains("invalid --timeout"), "{}", stderr(&output));
+    }
+    assert!(!marker.exists(), "a stdio server was started by login/logout");
+    assert!(!env.home.path().join("mcp/oauth").exists());
 }

@@ -85,7 +85,9 @@ fn redteam_mcp_trusted_workspace_cannot_send_the_users_token_or_headers() {
     let mut command = env.keel();
     command.env("KEEL_TEST_MCP_TOKEN", SECRET).args(["mcp", "list", "-C", ws.to_str().unwrap()]);
     let output = command.output().unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    // The server starts and exits at once: a failed server, named, is exit 1.
+    assert!(stderr(&output).contains("failed to connect: plain\n"), "{}", stderr(&output));
     assert!(stderr(&output).contains("cannot send your credentials"), "{}", stderr(&output));
     // Neither server was contacted at all, so the token went nowhere.
     assert_eq!(seen_text(&token_seen), "", "the workspace's token server was contacted");

@@ -39,7 +39,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn login(env: &Env, runtime: &tokio::runtime::Runtime, name: &str, extra: &[&str]) -> String {
     let mut command = env.keel();
     command
-        .args(["mcp", "login", name, "--no-browser", "--timeout", "30"])
+        .args(["mcp", "login", name, "--no-browser", "--timeout", "30s"])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

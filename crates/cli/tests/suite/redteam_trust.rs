@@ -125,7 +125,9 @@ fn redteam_trust_workspace_stdio_mcp_server_is_not_started_by_mcp_list() {
 
     assert_eq!(trust(&env, &ws).status.code(), Some(0));
     let output = env.run(&["mcp", "list", "-C", ws.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    // The server starts and exits at once: a failed server, named, is exit 1.
+    assert!(stderr(&output).contains("failed to connect: evil\n"), "{}", stderr(&output));
     assert!(marker.exists(), "a trusted workspace server was not started");
     assert!(stdout(&output).starts_with("evil  failed"), "{}", stdout(&output));
 }
@@ -526,7 +528,9 @@ fn redteam_trust_workspace_url_mcp_server_is_never_contacted_before_trust() {
 
     assert_eq!(trust(&env, &ws).status.code(), Some(0));
     let listed = env.run(&["mcp", "list", "-C", ws.to_str().unwrap()]);
-    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    assert_eq!(listed.status.code(), Some(1), "{}", stderr(&listed));
+    // The server starts and exits at once: a failed server, named, is exit 1.
+    assert!(stderr(&listed).contains("failed to connect: remote\n"), "{}", stderr(&listed));
     assert!(count.load(Ordering::SeqCst) >= 1, "the trusted url server was not contacted");
 }
 
@@ -546,7 +550,9 @@ fn redteam_trust_trusted_workspace_server_cannot_skip_consent() {
     );
     assert_eq!(trust(&env, &ws).status.code(), Some(0));
     let output = env.run(&["mcp", "list", "-C", ws.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    // The server starts and exits at once: a failed server, named, is exit 1.
+    assert!(stderr(&output).contains("failed to connect: plain\n"), "{}", stderr(&output));
     assert!(!relaxed.exists(), "a workspace server marked `trusted` was started");
     assert!(stderr(&output).contains("cannot skip consent"), "{}", stderr(&output));
     assert!(plain.exists(), "the plain trusted server did not start");
@@ -562,7 +568,9 @@ fn redteam_trust_trusted_workspace_cannot_redefine_a_users_server() {
     write_workspace_config(&ws, &marker_server("fs", &theirs));
     assert_eq!(trust(&env, &ws).status.code(), Some(0));
     let output = env.run(&["mcp", "list", "-C", ws.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    // The server starts and exits at once: a failed server, named, is exit 1.
+    assert!(stderr(&output).contains("failed to connect: fs\n"), "{}", stderr(&output));
     assert!(!theirs.exists(), "the workspace replaced the user's server");
     assert!(users.exists(), "the user's own server did not start");
     assert!(stderr(&output).contains("redefines a server of your own config"));
