@@ -234,8 +234,9 @@ pub(crate) struct ScheduleAdd {
     /// A cron expression (5 or 6 fields), e.g. "0 9 * * MON-FRI".
     #[arg(long, value_name = "EXPR")]
     pub(crate) cron: Option<String>,
-    /// The cron expression's time zone (IANA, e.g. Europe/Berlin; default UTC).
-    #[arg(long, value_name = "ZONE", requires = "cron")]
+    /// The cron expression's time zone (IANA, e.g. Europe/Berlin; default UTC). With
+    /// --every it is refused (an interval has no zone).
+    #[arg(long, value_name = "ZONE")]
     pub(crate) tz: Option<String>,
     /// Fire new turns into this session (id or unique prefix).
     #[arg(long, conflicts_with_all = ["workspace", "model"])]

@@ -32,11 +32,12 @@ pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
                 max_cost_usd,
                 task,
             } = *add;
-            let when = match (every, cron) {
-                (Some(every), None) => schedule::parse_every(&every)?,
-                (None, Some(cron)) => schedule::parse_cron(&cron, tz.as_deref())?,
-                _ => return Err(usage("give exactly one of --every and --cron")),
-            };
+            let when = schedule::parse_when(
+                every.as_deref(),
+                cron.as_deref(),
+                tz.as_deref(),
+                schedule::WhenFields::FLAGS,
+            )?;
             let session =
                 (session.is_some() || last).then(|| crate::habits::SessionArg::new(session, last));
             let target = match (session, workspace, model) {

@@ -122,32 +122,94 @@ pub struct ScheduleSpec {
     pub max_cost_usd: Option<f64>,
 }
 
-/// `90s`, `10m`, `1h` as an interval (at least one second).
+/// How the fields of a schedule's timing are named to whoever gave them, so an error says
+/// which one is wrong: `keel schedule add`'s flags or the HTTP body's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WhenFields {
+    /// The interval (`--every` / `"every"`).
+    pub every: &'static str,
+    /// The cron expression (`--cron` / `"cron"`).
+    pub cron: &'static str,
+    /// The cron expression's time zone (`--tz` / `"tz"`).
+    pub tz: &'static str,
+}
+
+impl WhenFields {
+    /// `keel schedule add`'s flags.
+    pub const FLAGS: WhenFields = WhenFields { every: "--every", cron: "--cron", tz: "--tz" };
+    /// `POST /v1/schedules`'s body fields.
+    pub const JSON: WhenFields = WhenFields { every: "\"every\"", cron: "\"cron\"", tz: "\"tz\"" };
+}
+
+/// A schedule's timing from its fields: exactly one of `every` (`90s`, `10m`, `1h`: at
+/// least one second) and `cron` (5 or 6 fields), and `tz` (an IANA zone; default UTC) only
+/// with `cron`: an interval counts from the schedule's creation and has no zone.
+///
+/// # Errors
+///
+/// A usage error naming the field at fault (both, for `tz` with `every`), as `fields`
+/// names them.
+pub fn parse_when(
+    every: Option<&str>,
+    cron: Option<&str>,
+    tz: Option<&str>,
+    fields: WhenFields,
+) -> anyhow::Result<When> {
+    let WhenFields { every: every_field, cron: cron_field, tz: tz_field } = fields;
+    match (every, cron) {
+        (Some(_), Some(_)) => {
+            Err(usage(format!("give one of {every_field} and {cron_field}, not both")))
+        }
+        (None, None) => Err(usage(format!(
+            "give {every_field} (an interval such as 90s) or {cron_field} (a cron expression)"
+        ))),
+        (Some(_), None) if tz.is_some() => Err(usage(format!(
+            "{tz_field} goes with {cron_field} only: an {every_field} interval counts from the \
+             schedule's creation and has no time zone; drop {tz_field}"
+        ))),
+        (Some(text), None) => {
+            let every = crate::root::parse_duration(text)
+                .filter(|every| *every >= Duration::from_secs(1))
+                .ok_or_else(|| {
+                    usage(format!(
+                        "{every_field} {text:?}: give an interval of at least 1s (90s, 10m, 1h)"
+                    ))
+                })?;
+            Ok(When::Every { every_ms: u64::try_from(every.as_millis()).unwrap_or(u64::MAX) })
+        }
+        (None, Some(expression)) => {
+            let expression = expression.trim();
+            croner::Cron::from_str(expression)
+                .map_err(|error| usage(format!("{cron_field} {expression:?}: {error}")))?;
+            let zone = tz.map_or("UTC", str::trim);
+            chrono_tz::Tz::from_str(zone).map_err(|_| {
+                usage(format!(
+                    "{tz_field} {zone:?}: unknown time zone (an IANA name such as Europe/Berlin)"
+                ))
+            })?;
+            let when = When::Cron { cron: expression.to_owned(), tz: zone.to_owned() };
+            Compiled::of(&when)?;
+            Ok(when)
+        }
+    }
+}
+
+/// `90s`, `10m`, `1h` as an interval (at least one second); errors name `--every`.
 ///
 /// # Errors
 ///
 /// A usage error for anything else.
 pub fn parse_every(text: &str) -> anyhow::Result<When> {
-    let every = crate::root::parse_duration(text)
-        .filter(|every| *every >= Duration::from_secs(1))
-        .ok_or_else(|| {
-            usage(format!("--every {text:?}: give an interval of at least 1s (90s, 10m, 1h)"))
-        })?;
-    Ok(When::Every { every_ms: u64::try_from(every.as_millis()).unwrap_or(u64::MAX) })
+    parse_when(Some(text), None, None, WhenFields::FLAGS)
 }
 
-/// A cron expression in a zone, checked.
+/// A cron expression in a zone, checked; errors name `--cron` and `--tz`.
 ///
 /// # Errors
 ///
 /// A usage error when the expression does not parse or the zone is unknown.
 pub fn parse_cron(expression: &str, tz: Option<&str>) -> anyhow::Result<When> {
-    let when = When::Cron {
-        cron: expression.trim().to_owned(),
-        tz: tz.map_or_else(|| "UTC".to_owned(), |tz| tz.trim().to_owned()),
-    };
-    Compiled::of(&when)?;
-    Ok(when)
+    parse_when(None, Some(expression), tz, WhenFields::FLAGS)
 }
 
 /// A [`When`] ready to compute slots.

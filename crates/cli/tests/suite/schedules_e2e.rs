@@ -794,6 +794,44 @@ fn a_parked_keel_run_exits_3_and_names_its_wake_and_bad_schedules_are_usage_erro
     }
 }
 
+/// Schedule errors name the flag at fault, and `--tz` with `--every` (an interval has no
+/// zone) is refused naming both; nothing is added. The neighbours: `--tz` with `--cron`
+/// and `--every` alone are added.
+#[test]
+fn bad_schedule_flags_are_usage_errors_that_name_the_flag() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = format!("scripted:{}", env.write_script("s.json", r#"{"steps":[]}"#).display());
+    let target = ["-C", ws.to_str().unwrap(), "-m", model.as_str(), "x"];
+    let add = |flags: &[&str]| {
+        let mut args = vec!["schedule", "add"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&target);
+        env.run(&args)
+    };
+    for (flags, named) in [
+        (&["--every", "90s", "--tz", "Europe/Berlin"][..], &["--tz", "--every", "--cron"][..]),
+        (&["--every", "soon"][..], &["--every \"soon\""][..]),
+        (&["--cron", "0 9 * *"][..], &["--cron \"0 9 * *\""][..]),
+        (&["--cron", "0 9 * * *", "--tz", "Mars/Base"][..], &["--tz \"Mars/Base\""][..]),
+    ] {
+        let output = add(flags);
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {}", stderr(&output));
+        for name in named {
+            assert!(stderr(&output).contains(name), "{name} not in {}", stderr(&output));
+        }
+    }
+    let listed = env.run(&["schedule", "list", "--json"]);
+    assert_eq!(stdout(&listed), "", "nothing was added");
+    for flags in [&["--cron", "0 9 * * *", "--tz", "Europe/Berlin"][..], &["--every", "90s"][..]] {
+        let output = add(flags);
+        assert_eq!(output.status.code(), Some(0), "{flags:?}: {}", stderr(&output));
+    }
+    let listed = stdout(&env.run(&["schedule", "list", "--json"]));
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    assert!(listed.contains("Europe/Berlin"), "{listed}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_into_a_waiting_session_skips_and_never_ends_the_wait() {
     let env = Env::new();

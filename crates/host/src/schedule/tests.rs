@@ -91,6 +91,34 @@ fn bad_expressions_and_zones_and_intervals_are_usage_errors() {
 }
 
 #[test]
+fn timing_errors_name_the_field_as_the_caller_spells_it() {
+    let message =
+        |every, cron, tz, fields| format!("{:#}", parse_when(every, cron, tz, fields).unwrap_err());
+    let flags = WhenFields::FLAGS;
+    let json = WhenFields::JSON;
+    let tz_with_every = message(Some("90s"), None, Some("UTC"), flags);
+    assert!(tz_with_every.contains("--tz goes with --cron only"), "{tz_with_every}");
+    assert!(tz_with_every.contains("--every"), "{tz_with_every}");
+    let over_http = message(Some("90s"), None, Some("UTC"), json);
+    assert!(over_http.starts_with("\"tz\" goes with \"cron\""), "{over_http}");
+    assert!(!over_http.contains("--"), "{over_http}");
+    assert!(message(Some("soon"), None, None, json).starts_with("\"every\" \"soon\""));
+    assert!(message(None, Some("0 9 * *"), None, flags).starts_with("--cron \"0 9 * *\""));
+    let zone = message(None, Some("* * * * *"), Some("Mars/Base"), flags);
+    assert!(zone.starts_with("--tz \"Mars/Base\": unknown time zone"), "{zone}");
+    assert!(message(Some("1m"), Some("* * * * *"), None, flags).contains("not both"));
+    assert!(message(None, None, None, json).contains("\"every\""));
+    for (every, cron, tz) in [(Some("90s"), None, None), (None, Some("0 9 * * *"), Some("UTC"))] {
+        assert!(parse_when(every, cron, tz, flags).is_ok());
+        assert!(parse_when(every, cron, tz, json).is_ok());
+    }
+    assert_eq!(
+        parse_when(None, Some(" 0 9 * * * "), Some(" Europe/Berlin "), json).unwrap(),
+        When::Cron { cron: "0 9 * * *".into(), tz: "Europe/Berlin".into() }
+    );
+}
+
+#[test]
 fn catch_up_fires_the_latest_missed_slot_and_records_the_others_inside_the_window() {
     let start = utc(2026, 1, 1, 0, 0);
     let every = When::Every { every_ms: 60_000 };

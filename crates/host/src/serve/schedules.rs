@@ -284,14 +284,13 @@ struct ScheduleBody {
 /// The spec a request asks for, checked against what this host admits.
 async fn spec_of(host: &Host, body: ScheduleBody) -> Result<ScheduleSpec, ApiError> {
     let usage = |error: anyhow::Error| ApiError::bad_request(format!("{error:#}"));
-    let when = match (&body.every, &body.cron) {
-        (Some(every), None) => schedule::parse_every(every).map_err(usage)?,
-        (None, Some(cron)) => schedule::parse_cron(cron, body.tz.as_deref()).map_err(usage)?,
-        _ => return Err(ApiError::bad_request("give exactly one of every and cron")),
-    };
-    if body.tz.is_some() && body.cron.is_none() {
-        return Err(ApiError::bad_request("tz goes with cron"));
-    }
+    let when = schedule::parse_when(
+        body.every.as_deref(),
+        body.cron.as_deref(),
+        body.tz.as_deref(),
+        schedule::WhenFields::JSON,
+    )
+    .map_err(usage)?;
     let target = match (&body.session_id, &body.workspace) {
         (Some(id), None) => {
             if body.approval.is_some() || body.model.is_some() {
