@@ -114,6 +114,9 @@ pub(crate) async fn sessions(
                 "model": session.model,
                 "title": session.title,
                 "last_seq": session.last_seq,
+                // `state`, as the HTTP listing names it (DESIGN.md §9); `status` is the
+                // same value under the name this listing used first.
+                "state": state_of(session),
                 "status": state_of(session),
                 "parent": session.parent,
                 "usage": usage,

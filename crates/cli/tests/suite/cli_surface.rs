@@ -776,8 +776,10 @@ fn sessions_show_a_killed_run_as_interrupted_and_write_nothing() {
         assert_eq!(row["session_id"], session.as_str());
         row
     };
-    // The neighbour: a run whose process lives is running.
-    assert_eq!(state(&env)["status"], "running");
+    // The neighbour: a run whose process lives is running. `state` is the HTTP API's name
+    // for it; `status` stays, the same value.
+    let live = state(&env);
+    assert_eq!((&live["state"], &live["status"]), (&"running".into(), &"running".into()));
     child.kill().unwrap();
     child.wait().unwrap();
 
@@ -786,7 +788,11 @@ fn sessions_show_a_killed_run_as_interrupted_and_write_nothing() {
         ["", "-wal"].map(|suffix| std::fs::read(format!("{}{suffix}", ledger.display())).unwrap())
     };
     let before = files();
-    assert_eq!(state(&env)["status"], "interrupted");
+    let killed = state(&env);
+    assert_eq!(
+        (&killed["state"], &killed["status"]),
+        (&"interrupted".into(), &"interrupted".into())
+    );
     let table = stdout(&env.run(&["sessions"]));
     assert!(table.contains("interrupted") && !table.contains("running"), "{table}");
     assert!(stdout(&env.run(&["log", &session, "-v"])).contains("run call_1_1: bash"));
