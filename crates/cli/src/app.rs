@@ -421,7 +421,11 @@ async fn wake(wake_id: &str, payload: Option<String>, options: RunOptions) -> an
     let stored = schedules.wake(wake_id).await?.filter(|stored| stored.session_id == session_id);
     let stored = match (stored, waiting) {
         (Some(stored), None) => {
-            outln!("already woken ({}) at {}", stored.by, stored.received_at.to_rfc3339());
+            outln!(
+                "already woken ({}) at {}",
+                stored.by,
+                crate::output::to_the_second(&stored.received_at)
+            );
             return Ok(exit::COMPLETED);
         }
         (None, None) => return Err(usage(format!("no run waits for the wake id {wake_id}"))),

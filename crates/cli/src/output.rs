@@ -16,6 +16,12 @@ use crate::args::OutputFormat;
 use crate::terminal::{Paint, neutralize};
 use crate::view::{LineKind, Verbosity, View, ViewOptions};
 
+/// A time as people read it in keel's output: RFC 3339 in UTC, to the second
+/// (`2026-03-01T10:05:00Z`); the ledger and `--json` keep the full precision.
+pub(crate) fn to_the_second(at: &DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
 /// Whether keel may colour what it writes to a terminal (`NO_COLOR` turns it off).
 pub(crate) fn paint_for(is_terminal: bool) -> Paint {
     Paint { enabled: is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) }
@@ -391,12 +397,15 @@ pub(crate) fn human_line(event: &RuntimeEvent, text_shown: bool) -> Option<Strin
             line
         }
         EventKind::ScheduleFired { schedule_id, scheduled_at } => {
-            format!("#{seq} schedule {schedule_id} fired for {}", scheduled_at.to_rfc3339())
+            format!(
+                "#{seq} schedule {schedule_id} fired for {}",
+                crate::output::to_the_second(scheduled_at)
+            )
         }
         EventKind::WaitStarted { wake_id, event, deadline, .. } => format!(
             "#{seq} waiting for {} until {}: keel wake {wake_id} [PAYLOAD]",
             clip(event, 200),
-            deadline.to_rfc3339()
+            crate::output::to_the_second(deadline)
         ),
         EventKind::BoundaryRevised { revision, boundary, justification } => format!(
             "#{seq} boundary widened (revision {revision}): read {:?}, write {:?}, network {} — {}",

@@ -349,7 +349,7 @@ impl View {
             EventKind::ScheduleFired { schedule_id, scheduled_at } => {
                 out.push(progress(format!(
                     "  schedule {schedule_id} fired for {}",
-                    scheduled_at.to_rfc3339()
+                    crate::output::to_the_second(scheduled_at)
                 )));
             }
             EventKind::WaitStarted { wake_id, event, deadline, .. } => {
@@ -357,7 +357,7 @@ impl View {
                     "  {} waiting for {} until {} — keel wake {wake_id} [PAYLOAD]",
                     paint.yellow("…"),
                     one_line(event, 160),
-                    deadline.to_rfc3339()
+                    crate::output::to_the_second(deadline)
                 )));
             }
             EventKind::BoundaryRevised { boundary, justification, .. } => {

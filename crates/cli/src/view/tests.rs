@@ -310,6 +310,31 @@ fn verbose_is_the_full_trace() {
 }
 
 #[test]
+fn wait_deadlines_and_schedule_slots_are_shown_to_the_second() {
+    let at = |text: &str| DateTime::parse_from_rfc3339(text).unwrap().to_utc();
+    let mut ledger = Ledger::new();
+    ledger
+        .push(EventKind::ScheduleFired {
+            schedule_id: Uuid::from_u128(5),
+            scheduled_at: at("2026-03-01T09:59:59.999999999Z"),
+        })
+        .push(EventKind::WaitStarted {
+            call_id: ToolCallId("c1".to_owned()),
+            wake_id: "wake_x".to_owned(),
+            event: "the build".to_owned(),
+            deadline: at("2026-03-01T10:05:00.123456789Z"),
+        });
+    assert_eq!(
+        ledger.render(Verbosity::Normal),
+        "  schedule 00000000-0000-0000-0000-000000000005 fired for 2026-03-01T09:59:59Z\n\
+         \x20 … waiting for the build until 2026-03-01T10:05:00Z — keel wake wake_x [PAYLOAD]\n"
+    );
+    let verbose = ledger.render(Verbosity::Verbose);
+    assert!(verbose.contains("fired for 2026-03-01T09:59:59Z\n"), "{verbose}");
+    assert!(verbose.contains("until 2026-03-01T10:05:00Z: keel wake wake_x"), "{verbose}");
+}
+
+#[test]
 fn the_same_events_give_the_same_lines() {
     // Live and replay feed one fold: a fresh view over the same ledger gives the same text.
     let ledger = scripted_run();

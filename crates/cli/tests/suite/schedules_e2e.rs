@@ -763,6 +763,15 @@ fn a_parked_keel_run_exits_3_and_names_its_wake_and_bad_schedules_are_usage_erro
     assert!(shown.contains("keel wake wake_"), "{shown}");
     // The hint is the wake, never `keel resume` (which refuses a waiting run).
     assert!(!shown.contains("continue with `keel resume"), "{shown}");
+    // The deadline is RFC 3339 to the second, in UTC: `until 2026-03-01T10:05:00Z —`.
+    let deadline = stderr(&parked)
+        .lines()
+        .find_map(|line| line.split_once("waiting for x until ").map(|(_, rest)| rest.to_owned()))
+        .and_then(|rest| rest.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no deadline in {}", stderr(&parked)));
+    assert_eq!(deadline.len(), "2026-03-01T10:05:00Z".len(), "{deadline}");
+    assert!(chrono::DateTime::parse_from_rfc3339(&deadline).is_ok(), "{deadline}");
+    assert!(deadline.ends_with('Z'), "{deadline}");
     let session = sessions(&env, &[]).remove(0);
     let wake_id = wake_id_of(&ledger(&env, &[], &session));
     let woken = env.run(&["wake", &wake_id, "go"]);
