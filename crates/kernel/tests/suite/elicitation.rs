@@ -43,9 +43,17 @@ impl Tool for Asker {
     }
 }
 
-/// Answers every question with `content` (whatever the form), or never.
+/// Answers every question with its answer as it is (content and all, whatever the form),
+/// or never.
 #[derive(Debug)]
-struct Answers(Option<serde_json::Value>);
+struct Answers(Option<ElicitationAnswer>);
+
+impl Answers {
+    /// Accepts every question with `content`, as the user.
+    fn accepting(content: serde_json::Value) -> Answers {
+        Answers(Some(ElicitationAnswer::accept(content, "user")))
+    }
+}
 
 #[async_trait]
 impl PermissionHook for Answers {
@@ -58,7 +66,7 @@ impl PermissionHook for Answers {
 
     async fn elicit(&self, _question: &ElicitationQuestion<'_>) -> ElicitationAnswer {
         match &self.0 {
-            Some(content) => ElicitationAnswer::accept(content.clone(), "user"),
+            Some(answer) => answer.clone(),
             None => std::future::pending().await,
         }
     }
@@ -104,7 +112,7 @@ async fn a_question_is_recorded_asked_and_its_answer_checked_and_kept_from_the_m
     let harness = harness();
     let kernel = harness.kernel_with_permissions(
         model(&script(r#"action=accept content={\"name\":\"Ann\"}"#)),
-        Arc::new(Answers(Some(serde_json::json!({"name": "Ann"})))),
+        Arc::new(Answers::accepting(serde_json::json!({"name": "Ann"}))),
     );
     let session = harness.session(&kernel).await;
     let report =
@@ -159,7 +167,7 @@ async fn redteam_mcp_elicit_an_answer_that_fails_the_form_is_refused_and_not_sen
     // form does not have: nothing of it reaches the tool.
     let kernel = harness.kernel_with_permissions(
         model(&script("action=decline content=")),
-        Arc::new(Answers(Some(serde_json::json!({"name": 7, "card": "4111"})))),
+        Arc::new(Answers::accepting(serde_json::json!({"name": 7, "card": "4111"}))),
     );
     let session = harness.session(&kernel).await;
     kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
@@ -252,24 +260,6 @@ async fn fixed_policies_answer_with_the_defaults_or_decline() {
     }
 }
 
-/// Answers every question with `answer` as it is (content and all), at once.
-#[derive(Debug)]
-struct Says(ElicitationAnswer);
-
-#[async_trait]
-impl PermissionHook for Says {
-    async fn decide(
-        &self,
-        _request: &PermissionRequest<'_>,
-    ) -> (keel_contracts::PermissionAnswer, String) {
-        (keel_contracts::PermissionAnswer::AllowOnce, "test".to_owned())
-    }
-
-    async fn elicit(&self, _question: &ElicitationQuestion<'_>) -> ElicitationAnswer {
-        self.0.clone()
-    }
-}
-
 /// Runs `ask` with `schema` against a hook that says `answer`; the recorded answer's
 /// action and content, and the tool's result (what reached the server).
 async fn ask_and_answer(
@@ -282,7 +272,7 @@ async fn ask_and_answer(
         {"text": "done"}
     ]})
     .to_string();
-    let kernel = harness.kernel_with_permissions(model(&script), Arc::new(Says(answer)));
+    let kernel = harness.kernel_with_permissions(model(&script), Arc::new(Answers(Some(answer))));
     let session = harness.session(&kernel).await;
     kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
     let events = harness.events(session).await;
@@ -348,7 +338,7 @@ async fn a_fixed_policy_commits_its_question_with_the_answer_a_person_gets_it_du
     let hooks: [(Arc<dyn PermissionHook>, bool); 3] = [
         (Arc::new(StaticPermissions(PermissionAnswer::AllowOnce)), true),
         (Arc::new(StaticPermissions(PermissionAnswer::Deny)), true),
-        (Arc::new(Answers(Some(serde_json::json!({"name": "Ann"})))), false),
+        (Arc::new(Answers::accepting(serde_json::json!({"name": "Ann"}))), false),
     ];
     for (hook, at_once) in hooks {
         let mut harness = harness();
