@@ -258,6 +258,14 @@ async fn closing_the_servers_deletes_the_http_session() {
     assert_eq!(unfence(&output.content, "mcp__remote__echo"), "Echo: again");
 }
 
+/// The servers of `scratch` with one, `remote`, reached through `relay`; connected.
+async fn connected_through(relay: &RecordingRelay, scratch: &Scratch) -> McpServers {
+    let config = format!("url = \"http://127.0.0.1:{}/mcp\"", relay.port);
+    let servers = scratch.start(&[("remote", &config)]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    servers
+}
+
 /// rmcp opens a session's GET stream from a task of its own while it goes on sending
 /// requests. When that GET reached the server late (a client thread not run for a while
 /// under CPU load), the first requests overtook it, and a server that resumes a call's
@@ -269,9 +277,7 @@ async fn a_new_sessions_requests_wait_until_the_server_answered_its_get_stream()
     let server = HttpEverything::start();
     let relay = RecordingRelay::start_delaying_gets(server.port, Duration::from_millis(700)).await;
     let scratch = Scratch::new();
-    let config = format!("url = \"http://127.0.0.1:{}/mcp\"", relay.port);
-    let servers = scratch.start(&[("remote", &config)]).await;
-    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    let servers = connected_through(&relay, &scratch).await;
     let output = call(&servers, "mcp__remote__echo", serde_json::json!({"message": "hi"})).await;
     assert_eq!(unfence(&output.content, "mcp__remote__echo"), "Echo: hi");
     // initialize, notifications/initialized, the session's GET, and only then the rest.
@@ -291,10 +297,8 @@ async fn an_unanswered_get_stream_delays_a_new_sessions_requests_only_for_a_whil
     let server = HttpEverything::start();
     let relay = RecordingRelay::start_delaying_gets(server.port, Duration::from_secs(600)).await;
     let scratch = Scratch::new();
-    let config = format!("url = \"http://127.0.0.1:{}/mcp\"", relay.port);
     let started = Instant::now();
-    let servers = scratch.start(&[("remote", &config)]).await;
-    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    let servers = connected_through(&relay, &scratch).await;
     let connected = started.elapsed();
     assert!(
         connected >= Duration::from_secs(3) && connected < Duration::from_secs(15),
