@@ -466,12 +466,10 @@ pub(crate) struct OutputFlags {
     pub(crate) verbose: bool,
 }
 
-/// The flags of `keel run` and `keel resume`: every group.
-#[derive(Debug, Clone, Args)]
-pub(crate) struct RunFlags {
-    /// Workspace root (default: the current directory).
-    #[arg(short = 'C', long = "workspace", value_name = "DIR")]
-    pub(crate) workspace: Option<PathBuf>,
+/// The setting flags: what `keel config` shows the effect of, and what `keel run` and
+/// `keel resume` take besides the workspace, the answer's shape and the output.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct SettingFlags {
     #[command(flatten)]
     pub(crate) model: ModelFlags,
     #[command(flatten)]
@@ -480,6 +478,16 @@ pub(crate) struct RunFlags {
     pub(crate) consent: ConsentFlags,
     #[command(flatten)]
     pub(crate) budget: BudgetFlags,
+}
+
+/// The flags of `keel run` and `keel resume`: every group.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct RunFlags {
+    /// Workspace root (default: the current directory).
+    #[arg(short = 'C', long = "workspace", value_name = "DIR")]
+    pub(crate) workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) settings: SettingFlags,
     #[command(flatten)]
     pub(crate) answer: AnswerFlags,
     #[command(flatten)]
@@ -493,13 +501,7 @@ pub(crate) struct ConfigFlags {
     #[arg(short = 'C', long = "workspace", value_name = "DIR")]
     pub(crate) workspace: Option<PathBuf>,
     #[command(flatten)]
-    pub(crate) model: ModelFlags,
-    #[command(flatten)]
-    pub(crate) envelope: EnvelopeFlags,
-    #[command(flatten)]
-    pub(crate) consent: ConsentFlags,
-    #[command(flatten)]
-    pub(crate) budget: BudgetFlags,
+    pub(crate) settings: SettingFlags,
 }
 
 /// The settings of one command, whichever flags it takes (a group it does not take is
@@ -572,30 +574,33 @@ impl From<Groups> for RunOptions {
     }
 }
 
+impl From<SettingFlags> for Groups {
+    fn from(settings: SettingFlags) -> Groups {
+        let SettingFlags { model, envelope, consent, budget } = settings;
+        Groups {
+            model: Some(model),
+            envelope: Some(envelope),
+            consent: Some(consent),
+            budget: Some(budget),
+            ..Groups::default()
+        }
+    }
+}
+
 impl From<RunFlags> for RunOptions {
     fn from(flags: RunFlags) -> RunOptions {
         RunOptions::from(Groups {
             workspace: flags.workspace,
-            model: Some(flags.model),
-            envelope: Some(flags.envelope),
-            consent: Some(flags.consent),
-            budget: Some(flags.budget),
             answer: Some(flags.answer),
             output: Some(flags.output),
+            ..Groups::from(flags.settings)
         })
     }
 }
 
 impl From<ConfigFlags> for RunOptions {
     fn from(flags: ConfigFlags) -> RunOptions {
-        RunOptions::from(Groups {
-            workspace: flags.workspace,
-            model: Some(flags.model),
-            envelope: Some(flags.envelope),
-            consent: Some(flags.consent),
-            budget: Some(flags.budget),
-            ..Groups::default()
-        })
+        RunOptions::from(Groups { workspace: flags.workspace, ..Groups::from(flags.settings) })
     }
 }
 

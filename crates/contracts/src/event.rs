@@ -780,6 +780,51 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// The session status this event sets in the session listing: a run's start and end
+    /// (`run_started` → running, `run_completed` → completed, …) and `session_sealed` →
+    /// sealed; `None` for every other event, which leaves the status as it is. Stores fold
+    /// it with [`crate::SessionStatus::then`] (sealing is final).
+    pub fn session_status(&self) -> Option<crate::SessionStatus> {
+        use crate::SessionStatus;
+        match self {
+            EventKind::SessionSealed { .. } => Some(SessionStatus::Sealed),
+            EventKind::RunStarted { .. } => Some(SessionStatus::Running),
+            EventKind::RunCompleted { .. } => Some(SessionStatus::Completed),
+            EventKind::RunFailed { .. } => Some(SessionStatus::Failed),
+            EventKind::RunSuspended { .. } => Some(SessionStatus::Suspended),
+            EventKind::RunCancelled { .. } => Some(SessionStatus::Cancelled),
+            EventKind::RunDenied { .. } => Some(SessionStatus::Denied),
+            EventKind::SessionCreated { .. }
+            | EventKind::TurnStarted { .. }
+            | EventKind::ModelResponse { .. }
+            | EventKind::RunComposition { .. }
+            | EventKind::ModelRequested { .. }
+            | EventKind::ModelRetry { .. }
+            // A budget stop is settled by the `run_suspended` that follows it.
+            | EventKind::BudgetExhausted { .. }
+            | EventKind::Compaction { .. }
+            | EventKind::CompactionFailed { .. }
+            | EventKind::Checkpoint { .. }
+            | EventKind::GateDecision { .. }
+            | EventKind::PermissionRequested { .. }
+            | EventKind::PermissionSettled { .. }
+            | EventKind::ElicitationRequested { .. }
+            | EventKind::ElicitationAnswered { .. }
+            | EventKind::ToolsChanged { .. }
+            | EventKind::BoundaryRevised { .. }
+            | EventKind::ToolCall { .. }
+            | EventKind::InputJoined { .. }
+            | EventKind::PlanApproved { .. }
+            | EventKind::ToolAttemptPrepared { .. }
+            | EventKind::ToolResult { .. }
+            | EventKind::ShadowIntent { .. }
+            | EventKind::SkillCatalog { .. }
+            | EventKind::SkillActivated { .. }
+            | EventKind::ScheduleFired { .. }
+            | EventKind::WaitStarted { .. } => None,
+        }
+    }
+
     /// The `kind` spelling on the wire.
     pub fn name(&self) -> &'static str {
         match self {

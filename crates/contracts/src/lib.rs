@@ -76,7 +76,8 @@ pub use rules::{
     SimpleCommand, TOOL_WILDCARD_REFUSAL, check_tool_name_pattern, tool_name_covers,
 };
 pub use store::{
-    AppendError, Lease, LeaseError, ReadError, ResolveError, SessionStatus, SessionSummary, Store,
+    AppendError, Lease, LeaseError, ReadError, ResolveError, SESSION_TITLE_MAX_CHARS,
+    SessionStatus, SessionSummary, Store, session_title,
 };
 pub use tool::{
     Access, Effects, Egress, Outcome, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec,

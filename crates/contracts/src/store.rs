@@ -60,6 +60,48 @@ impl SessionStatus {
             SessionStatus::Sealed => "sealed",
         }
     }
+
+    /// The status once an event that sets `next` ([`crate::EventKind::session_status`]) is
+    /// recorded: `next`, except that sealing is final (nothing recorded afterwards makes a
+    /// sealed session look runnable).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use keel_contracts::SessionStatus;
+    /// let done = SessionStatus::Running.then(SessionStatus::Completed);
+    /// assert_eq!(done, SessionStatus::Completed);
+    /// assert_eq!(SessionStatus::Sealed.then(SessionStatus::Running), SessionStatus::Sealed);
+    /// ```
+    pub fn then(self, next: SessionStatus) -> SessionStatus {
+        if self == SessionStatus::Sealed { self } else { next }
+    }
+}
+
+/// Longest session title kept ([`session_title`]), in characters, the ellipsis included.
+pub const SESSION_TITLE_MAX_CHARS: usize = 80;
+
+/// The listing title a turn's input makes: whitespace runs collapsed to one space, at most
+/// [`SESSION_TITLE_MAX_CHARS`] characters, ending in `…` when cut.
+///
+/// # Examples
+///
+/// ```
+/// use keel_contracts::session_title;
+/// assert_eq!(session_title("  fix\n the   tests "), "fix the tests");
+/// let long = session_title(&"word ".repeat(40));
+/// assert_eq!(long.chars().count(), 80);
+/// assert!(long.ends_with("word…"));
+/// ```
+pub fn session_title(input: &str) -> String {
+    let collapsed = input.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.chars().count() <= SESSION_TITLE_MAX_CHARS {
+        return collapsed;
+    }
+    let mut title: String = collapsed.chars().take(SESSION_TITLE_MAX_CHARS - 1).collect();
+    title.truncate(title.trim_end().len());
+    title.push('…');
+    title
 }
 
 /// One row of a session listing, kept by the store in the same transaction as each append,
@@ -89,6 +131,25 @@ pub struct SessionSummary {
     /// decoded when an older store was migrated reads as one response of unknown usage
     /// and cost ([`UsageTotals::unknown`]).
     pub usage: UsageTotals,
+}
+
+impl SessionSummary {
+    /// The summary of session `id` whose first stored event (normally `session_created`)
+    /// was recorded at `at`, before that event is folded in: idle, untitled, no usage.
+    pub fn starting(id: SessionId, at: DateTime<Utc>) -> SessionSummary {
+        SessionSummary {
+            id,
+            created_at: at,
+            updated_at: at,
+            workspace: String::new(),
+            model: String::new(),
+            title: String::new(),
+            last_seq: Seq(0),
+            status: SessionStatus::Idle,
+            parent: None,
+            usage: UsageTotals::default(),
+        }
+    }
 }
 
 /// Appending failed.

@@ -33,7 +33,7 @@ pub struct ElicitationQuestion<'a> {
     pub call_id: &'a ToolCallId,
     /// The tool.
     pub tool: &'a str,
-    /// The question's id (`CALL#N`), as in the ledger.
+    /// The question's id (`CALL.qN`, see [`crate::question_id`]), as in the ledger.
     pub question: &'a str,
     /// What the server asked (its message is untrusted text).
     pub request: &'a ElicitationRequest,

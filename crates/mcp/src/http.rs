@@ -15,15 +15,26 @@
 //! requires task augmentation is marked so the manager leaves it out. A POST answered with
 //! a plain JSON body is decoded by rmcp's client before keel sees it, so there such a
 //! result still fails as a whole (servers of the TypeScript SDK stream by default).
+//!
+//! Once a session is set up (the `notifications/initialized` POST was accepted), rmcp opens
+//! the session's GET stream from a task of its own while it goes on sending requests, so
+//! under CPU load a `tools/call` could reach the server before that GET did, and a server
+//! that resumes a request's closed stream on "the next GET" (SEP-1699, as the conformance
+//! suite's `sse-retry` server does) answered the call on it at once, before the call's own
+//! stream had even closed. [`KeelHttpClient`] holds a new session's requests until the
+//! server has answered that first GET (or refused it, or [`SESSION_STREAM_WAIT`] passed),
+//! so the server always sees the session's stream first and a later GET of the session is
+//! a reconnection.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage};
 use rmcp::transport::streamable_http_client::SseError;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
@@ -43,7 +54,14 @@ pub(crate) struct KeelHttpClient {
     last_error: Arc<Mutex<Option<String>>>,
     /// The `WWW-Authenticate` challenge of the last request refused with 401 or 403.
     last_challenge: Arc<Mutex<Option<String>>>,
+    /// `true` from a session's accepted `notifications/initialized` until the server
+    /// answered the session's first GET: requests wait for it (see the module doc).
+    awaiting_session_stream: Arc<tokio::sync::watch::Sender<bool>>,
 }
+
+/// How long a new session's first request waits for the server to answer the session's
+/// GET stream; after that it is sent anyway (and later ones do not wait).
+pub(crate) const SESSION_STREAM_WAIT: Duration = Duration::from_secs(3);
 
 impl KeelHttpClient {
     /// A client that keeps no idle connections: every request opens its own, so a server
@@ -66,7 +84,30 @@ impl KeelHttpClient {
             session_lost: Arc::default(),
             last_error: Arc::default(),
             last_challenge: Arc::default(),
+            awaiting_session_stream: Arc::new(tokio::sync::watch::Sender::new(false)),
         })
+    }
+
+    /// Waits until no session GET stream is awaited (at most [`SESSION_STREAM_WAIT`]; then
+    /// it stops being awaited).
+    ///
+    /// Cancel safe: dropping it only stops the waiting.
+    async fn session_stream_answered(&self) {
+        let mut awaiting = self.awaiting_session_stream.subscribe();
+        let answered =
+            tokio::time::timeout(SESSION_STREAM_WAIT, awaiting.wait_for(|awaiting| !*awaiting))
+                .await;
+        if answered.is_err() {
+            self.awaiting_session_stream.send_replace(false);
+        }
+    }
+
+    /// Notes that the server answered (or refused) a GET for a session stream.
+    fn session_stream_settled(&self, last_event_id: Option<&str>) {
+        // A GET with an event id resumes a request's stream; the session's own has none.
+        if last_event_id.is_none() {
+            self.awaiting_session_stream.send_replace(false);
+        }
     }
 
     /// Where the last failed POST is described.
@@ -119,6 +160,10 @@ impl StreamableHttpClient for KeelHttpClient {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, Error> {
         let session_attached = session_id.is_some();
+        let kind = MessageKind::of(&message);
+        if kind == MessageKind::Other {
+            self.session_stream_answered().await;
+        }
         let answer = self
             .inner
             .post_message_with_response_limits(
@@ -157,6 +202,10 @@ impl StreamableHttpClient for KeelHttpClient {
         if matches!(answer, Err(StreamableHttpError::SessionExpired)) {
             self.session_lost.store(true, Ordering::SeqCst);
         }
+        // rmcp opens the session's GET stream next (it does so for every session).
+        if kind == MessageKind::Initialized && session_attached && answer.is_ok() {
+            self.awaiting_session_stream.send_replace(true);
+        }
         if let Ok(mut last) = self.last_error.lock() {
             *last =
                 answer.as_ref().err().map(|error| error.to_string().chars().take(300).collect());
@@ -182,10 +231,13 @@ impl StreamableHttpClient for KeelHttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Error> {
-        self.inner
+        let resumes = last_event_id.clone();
+        let stream = self
+            .inner
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await
-            .map(filtered)
+            .await;
+        self.session_stream_settled(resumes.as_deref());
+        stream.map(filtered)
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -197,7 +249,9 @@ impl StreamableHttpClient for KeelHttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Error> {
-        self.inner
+        let resumes = last_event_id.clone();
+        let stream = self
+            .inner
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
@@ -206,8 +260,41 @@ impl StreamableHttpClient for KeelHttpClient {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await
-            .map(filtered)
+            .await;
+        self.session_stream_settled(resumes.as_deref());
+        stream.map(filtered)
+    }
+}
+
+/// What a POST carries, as far as the session stream ordering cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MessageKind {
+    /// `initialize`: it makes the session.
+    Initialize,
+    /// `notifications/initialized`: after it, rmcp opens the session's GET stream.
+    Initialized,
+    /// Anything else: sent once the session's stream was answered.
+    Other,
+}
+
+impl MessageKind {
+    fn of(message: &ClientJsonRpcMessage) -> MessageKind {
+        match message {
+            JsonRpcMessage::Request(request)
+                if matches!(request.request, ClientRequest::InitializeRequest(_)) =>
+            {
+                MessageKind::Initialize
+            }
+            JsonRpcMessage::Notification(notification)
+                if matches!(
+                    notification.notification,
+                    ClientNotification::InitializedNotification(_)
+                ) =>
+            {
+                MessageKind::Initialized
+            }
+            _ => MessageKind::Other,
+        }
     }
 }
 

@@ -41,7 +41,6 @@ use rmcp::transport::auth::{
     StoredCredentials,
 };
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::config::{ServerSpec, TransportSpec};
 use crate::connection::Secrets;
@@ -51,9 +50,6 @@ pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long one request of the probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// The largest redirect request keel reads on its loopback listener.
-const MAX_CALLBACK_REQUEST: usize = 16 * 1024;
 
 /// The name keel registers under (RFC 7591 `client_name`).
 const CLIENT_NAME: &str = "keel";
@@ -753,7 +749,7 @@ pub async fn login_with_challenge(
     let waited = tokio::time::timeout(options.timeout, async {
         let (opened, callback) = futures::join!(
             async { browser.open(&auth_url).await.map_err(OAuthError::Browser) },
-            wait_for_redirect(&listener, &state)
+            wait_for_redirect(listener, &state)
         );
         match (opened, callback) {
             (_, Ok(callback)) => Ok(callback),
@@ -765,7 +761,6 @@ pub async fn login_with_challenge(
         Ok(result) => result?,
         Err(_elapsed) => return Err(OAuthError::Timeout(options.timeout)),
     };
-    drop(listener);
     session
         .handle_callback_with_issuer(&callback.code, &state, callback.issuer.as_deref())
         .await
@@ -932,90 +927,92 @@ struct Callback {
     issuer: Option<String>,
 }
 
-/// Accepts connections on `listener` until one is a `GET /callback` whose `state` is
-/// `state`: its code (or the authorization server's error). Other requests get 404 or
-/// 400 and are otherwise ignored, so a stray or forged request cannot end the login.
+/// What the loopback listener's handler needs: the login's `state`, and where the first
+/// redirect that carries it is sent.
+struct Redirects {
+    state: String,
+    first: tokio::sync::mpsc::Sender<Result<Callback, OAuthError>>,
+}
+
+/// Serves HTTP on `listener` (axum) until a `GET /callback` whose `state` is `state`
+/// arrives: its code (or the authorization server's error). Other requests get 404, 405
+/// or 400 and are otherwise ignored, so a stray or forged request cannot end the login;
+/// connections are served side by side, so a stalled one holds up nothing.
+///
+/// Cancel safety: dropping it closes the listener.
 async fn wait_for_redirect(
-    listener: &tokio::net::TcpListener,
+    listener: tokio::net::TcpListener,
     state: &str,
 ) -> Result<Callback, OAuthError> {
-    loop {
-        let (mut socket, _) = listener.accept().await.map_err(|error| {
-            OAuthError::Callback(format!("the loopback listener failed: {error}"))
-        })?;
-        let Some(target) = read_request_target(&mut socket).await else {
-            respond(&mut socket, "400 Bad Request", "Not a request keel expected.").await;
-            continue;
-        };
-        let Ok(url) = Url::parse(&format!("http://127.0.0.1{target}")) else {
-            respond(&mut socket, "400 Bad Request", "Not a request keel expected.").await;
-            continue;
-        };
-        if url.path() != "/callback" {
-            respond(&mut socket, "404 Not Found", "Not found.").await;
-            continue;
+    let (first, mut received) = tokio::sync::mpsc::channel(1);
+    let redirects = Arc::new(Redirects { state: state.to_owned(), first });
+    let app = axum::Router::new()
+        .route("/callback", axum::routing::get(on_callback))
+        .fallback(|| async { page(axum::http::StatusCode::NOT_FOUND, "Not found.") })
+        .with_state(redirects);
+    tokio::select! {
+        served = async { axum::serve(listener, app).await } => {
+            Err(OAuthError::Callback(match served {
+                Ok(()) => "the loopback listener stopped".to_owned(),
+                Err(error) => format!("the loopback listener failed: {error}"),
+            }))
         }
-        let param = |name: &str| {
-            url.query_pairs().find(|(key, _)| key == name).map(|(_, value)| value.into_owned())
-        };
-        if param("state").as_deref() != Some(state) {
-            respond(&mut socket, "400 Bad Request", "The state does not match this login.").await;
-            continue;
-        }
-        if let Some(error) = param("error") {
-            respond(&mut socket, "200 OK", "The authorization was refused; see the terminal.")
-                .await;
-            let description = param("error_description").unwrap_or_default();
-            let text: String = format!("{error} {description}")
-                .chars()
-                .filter(|c| !c.is_control())
-                .take(300)
-                .collect();
-            return Err(OAuthError::Callback(format!(
-                "the authorization server answered: {}",
-                text.trim()
-            )));
-        }
-        let Some(code) = param("code").filter(|code| !code.is_empty()) else {
-            respond(&mut socket, "400 Bad Request", "The redirect carries no code.").await;
-            continue;
-        };
-        respond(&mut socket, "200 OK", "keel is logged in. You can close this window.").await;
-        return Ok(Callback { code, issuer: param("iss") });
+        Some(callback) = received.recv() => callback,
     }
 }
 
-/// The request target of an HTTP/1.x `GET` on `socket` (bounded read), or `None`.
-async fn read_request_target(socket: &mut tokio::net::TcpStream) -> Option<String> {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 2048];
-    let read = async {
-        while !buffer.windows(4).any(|window| window == b"\r\n\r\n") {
-            let n = socket.read(&mut chunk).await.ok()?;
-            if n == 0 || buffer.len() + n > MAX_CALLBACK_REQUEST {
-                return None;
-            }
-            buffer.extend_from_slice(&chunk[..n]);
-        }
-        Some(())
+/// `GET /callback`: the redirect when its `state` is the login's (then it is handed to
+/// [`wait_for_redirect`], once), else 400.
+async fn on_callback(
+    axum::extract::State(redirects): axum::extract::State<Arc<Redirects>>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> axum::response::Response {
+    use axum::http::StatusCode;
+    let Ok(mut url) = Url::parse("http://127.0.0.1/callback") else {
+        return page(StatusCode::INTERNAL_SERVER_ERROR, "keel could not read the redirect.");
     };
-    tokio::time::timeout(Duration::from_secs(10), read).await.ok()??;
-    let head = std::str::from_utf8(&buffer).ok()?;
-    let line = head.lines().next()?;
-    let mut parts = line.split(' ');
-    let (method, target) = (parts.next()?, parts.next()?);
-    (method == "GET" && target.starts_with('/')).then(|| target.to_owned())
+    url.set_query(query.as_deref());
+    let param = |name: &str| {
+        url.query_pairs().find(|(key, _)| key == name).map(|(_, value)| value.into_owned())
+    };
+    if param("state").as_deref() != Some(redirects.state.as_str()) {
+        return page(StatusCode::BAD_REQUEST, "The state does not match this login.");
+    }
+    if let Some(error) = param("error") {
+        let description = param("error_description").unwrap_or_default();
+        let text: String = format!("{error} {description}")
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(300)
+            .collect();
+        let _ = redirects.first.try_send(Err(OAuthError::Callback(format!(
+            "the authorization server answered: {}",
+            text.trim()
+        ))));
+        return page(StatusCode::OK, "The authorization was refused; see the terminal.");
+    }
+    let Some(code) = param("code").filter(|code| !code.is_empty()) else {
+        return page(StatusCode::BAD_REQUEST, "The redirect carries no code.");
+    };
+    let _ = redirects.first.try_send(Ok(Callback { code, issuer: param("iss") }));
+    page(StatusCode::OK, "keel is logged in. You can close this window.")
 }
 
-async fn respond(socket: &mut tokio::net::TcpStream, status: &str, text: &str) {
+/// A small HTML page saying `text`, not cached, closing the connection.
+fn page(status: axum::http::StatusCode, text: &str) -> axum::response::Response {
+    use axum::http::header;
+    use axum::response::IntoResponse as _;
     let body = format!("<!doctype html><title>keel</title><p>{text}</p>\n");
-    let answer = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\n\
-         cache-control: no-store\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = socket.write_all(answer.as_bytes()).await;
-    let _ = socket.shutdown().await;
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+            (header::CONNECTION, "close"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 #[cfg(test)]

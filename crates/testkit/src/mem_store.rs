@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use keel_contracts::{
     AppendError, EventKind, Lease, LeaseError, ReadError, ResolveError, RuntimeEvent, Seq,
-    SessionId, SessionStatus, SessionSummary, Store,
+    SessionId, SessionSummary, Store,
 };
 
 /// An in-memory ledger with exactly the semantics of the durable stores.
@@ -37,9 +37,6 @@ struct SessionLedger {
     bodies: Vec<String>,
     summary: SessionSummary,
 }
-
-/// Longest title kept, in characters, including the trailing ellipsis.
-const TITLE_MAX_CHARS: usize = 80;
 
 impl MemStore {
     /// An empty ledger.
@@ -322,18 +319,7 @@ fn normalize_prefix(prefix: &str) -> Option<String> {
 /// The summary of a session whose first stored event is `first` (normally
 /// `session_created`), before `first` itself is applied.
 fn summary_start(first: &RuntimeEvent) -> SessionSummary {
-    SessionSummary {
-        id: first.session_id,
-        created_at: first.ts,
-        updated_at: first.ts,
-        workspace: String::new(),
-        model: String::new(),
-        title: String::new(),
-        last_seq: Seq(0),
-        status: SessionStatus::Idle,
-        parent: None,
-        usage: keel_contracts::UsageTotals::default(),
-    }
+    SessionSummary::starting(first.session_id, first.ts)
 }
 
 /// Folds one appended event into the session's summary. Must match keel-store's
@@ -341,75 +327,26 @@ fn summary_start(first: &RuntimeEvent) -> SessionSummary {
 fn summary_apply(summary: &mut SessionSummary, event: &RuntimeEvent) {
     summary.last_seq = event.seq;
     summary.updated_at = event.ts;
-    let status = match &event.kind {
+    match &event.kind {
         EventKind::SessionCreated { workspace, model, lineage, .. } => {
             summary.created_at = event.ts;
             summary.workspace.clone_from(workspace);
             summary.model.clone_from(model);
             summary.parent = lineage.as_ref().map(|lineage| lineage.parent_session_id);
-            None
         }
         EventKind::TurnStarted { input } => {
             if summary.title.is_empty() {
-                summary.title = title_from_input(input);
+                summary.title = keel_contracts::session_title(input);
             }
-            None
         }
         // Every purpose: summaries are model calls like any other (DESIGN.md §4).
         EventKind::ModelResponse { usage, estimated_usage, cost_usd, .. } => {
             summary.usage.add(usage, estimated_usage.as_ref(), *cost_usd);
-            None
         }
-        EventKind::SessionSealed { .. } => Some(SessionStatus::Sealed),
-        EventKind::RunStarted { .. } => Some(SessionStatus::Running),
-        EventKind::RunCompleted { .. } => Some(SessionStatus::Completed),
-        EventKind::RunFailed { .. } => Some(SessionStatus::Failed),
-        EventKind::RunSuspended { .. } => Some(SessionStatus::Suspended),
-        EventKind::RunCancelled { .. } => Some(SessionStatus::Cancelled),
-        EventKind::RunDenied { .. } => Some(SessionStatus::Denied),
-        EventKind::RunComposition { .. }
-        | EventKind::ModelRequested { .. }
-        | EventKind::ModelRetry { .. }
-        // A budget stop is settled by the `run_suspended` that follows it.
-        | EventKind::BudgetExhausted { .. }
-        | EventKind::Compaction { .. }
-        | EventKind::CompactionFailed { .. }
-        | EventKind::Checkpoint { .. }
-        | EventKind::GateDecision { .. }
-        | EventKind::PermissionRequested { .. }
-        | EventKind::PermissionSettled { .. }
-        | EventKind::ElicitationRequested { .. }
-        | EventKind::ElicitationAnswered { .. }
-        | EventKind::ToolsChanged { .. }
-        | EventKind::BoundaryRevised { .. }
-        | EventKind::ToolCall { .. }
-        | EventKind::InputJoined { .. }
-        | EventKind::PlanApproved { .. }
-        | EventKind::ToolAttemptPrepared { .. }
-        | EventKind::ToolResult { .. }
-        | EventKind::ShadowIntent { .. }
-        | EventKind::SkillCatalog { .. }
-        | EventKind::SkillActivated { .. }
-        | EventKind::ScheduleFired { .. }
-        | EventKind::WaitStarted { .. } => None,
-    };
-    // Sealing is final: nothing recorded afterwards makes a sealed session look runnable.
-    if let Some(status) = status
-        && summary.status != SessionStatus::Sealed
-    {
-        summary.status = status;
+        other => {
+            if let Some(status) = other.session_status() {
+                summary.status = summary.status.then(status);
+            }
+        }
     }
-}
-
-/// The display title for a turn input: whitespace runs collapsed to one space, at most
-/// [`TITLE_MAX_CHARS`] characters, ending in `…` when cut.
-fn title_from_input(input: &str) -> String {
-    let collapsed = input.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.chars().count() <= TITLE_MAX_CHARS {
-        return collapsed;
-    }
-    let mut title: String = collapsed.chars().take(TITLE_MAX_CHARS - 1).collect();
-    title.truncate(title.trim_end().len());
-    title.push('…');
-    title
 }

@@ -601,10 +601,76 @@ async fn list_permissions(
     State(state): State<AppState>,
     Params(id): Params<String>,
 ) -> Result<Response, ApiError> {
-    let session_id = session_id(&id)?;
-    visible_row(&state.host, session_id).await?;
-    let events = state.host.events(session_id).await?;
-    Ok(axum::Json(json!(ledger::pending(&events))).into_response())
+    list_open(&state.host, &id, ledger::pending).await
+}
+
+async fn list_questions(
+    State(state): State<AppState>,
+    Params(id): Params<String>,
+) -> Result<Response, ApiError> {
+    list_open(&state.host, &id, ledger::questions).await
+}
+
+/// The open requests of session `id` that `open` finds in its events (permission
+/// requests, questions), as a JSON array.
+async fn list_open<T: serde::Serialize>(
+    host: &Host,
+    id: &str,
+    open: fn(&[keel_contracts::RuntimeEvent]) -> Vec<T>,
+) -> Result<Response, ApiError> {
+    let session_id = session_id(id)?;
+    visible_row(host, session_id).await?;
+    let events = host.events(session_id).await?;
+    Ok(axum::Json(json!(open(&events))).into_response())
+}
+
+/// The session an answer is for and its events, once `id` names a session the caller
+/// may see and `item` (a call id, a question id: at most `max_len` bytes, no control
+/// characters) is well formed (400 `invalid <what>` when not).
+async fn answering(
+    host: &Host,
+    id: &str,
+    item: &str,
+    max_len: usize,
+    what: &str,
+) -> Result<(SessionId, Vec<keel_contracts::RuntimeEvent>), ApiError> {
+    let session_id = session_id(id)?;
+    visible_row(host, session_id).await?;
+    if item.is_empty() || item.len() > max_len || item.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(format!("invalid {what}")));
+    }
+    Ok((session_id, host.events(session_id).await?))
+}
+
+/// How long an answer's reply waits for the kernel to record it before it is 202.
+const RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The reply to an answer handed to a run, once the kernel recorded it: `recorded` looks
+/// for it in the session's events (and makes the reply); after [`RECORD_WAIT`] without
+/// it, 202 with `accepted` (the answer given, `"state": "accepted"` and a note).
+///
+/// Cancel safety: dropping it only stops the waiting (the answer stays handed over).
+async fn reply_once_recorded(
+    host: &Host,
+    session_id: SessionId,
+    recorded: impl Fn(&[keel_contracts::RuntimeEvent]) -> Option<Result<Response, ApiError>>,
+    accepted: serde_json::Value,
+) -> Result<Response, ApiError> {
+    let mut woken = host.feed.subscribe(session_id);
+    let deadline = tokio::time::Instant::now() + RECORD_WAIT;
+    loop {
+        let events = host.store.read(session_id, Seq(0)).await.map_err(ApiError::internal)?;
+        if let Some(reply) = recorded(&events) {
+            return reply;
+        }
+        tokio::select! {
+            _ = woken.changed() => {}
+            () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+            () = tokio::time::sleep_until(deadline) => {
+                return Ok((StatusCode::ACCEPTED, axum::Json(accepted)).into_response());
+            }
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -619,13 +685,8 @@ async fn answer_permission(
     Body(body): Body<AnswerBody>,
 ) -> Result<Response, ApiError> {
     let host = &state.host;
-    let session_id = session_id(&id)?;
-    visible_row(host, session_id).await?;
-    if call_id.is_empty() || call_id.len() > 256 || call_id.chars().any(char::is_control) {
-        return Err(ApiError::bad_request("invalid call id"));
-    }
+    let (session_id, events) = answering(host, &id, &call_id, 256, "call id").await?;
     let answer = body.answer;
-    let events = host.events(session_id).await?;
     if let Some(settled) = ledger::settled(&events, &call_id) {
         return settled_reply(answer, &settled);
     }
@@ -669,35 +730,16 @@ async fn answer_permission(
         }
     }
     // The answer counts once the kernel recorded it.
-    let mut woken = host.feed.subscribe(session_id);
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let events = host.store.read(session_id, Seq(0)).await.map_err(ApiError::internal)?;
-        if let Some(settled) = ledger::settled(&events, &call_id) {
-            host.approvals.forget(session_id, &call_id);
-            return settled_reply(answer, &settled);
-        }
-        tokio::select! {
-            _ = woken.changed() => {}
-            () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
-            () = tokio::time::sleep_until(deadline) => {
-                return Ok((StatusCode::ACCEPTED, axum::Json(json!({
-                    "answer": answer, "state": "accepted",
-                    "note": "not recorded yet: the run that asked has not taken it"
-                }))).into_response());
-            }
-        }
-    }
-}
-
-async fn list_questions(
-    State(state): State<AppState>,
-    Params(id): Params<String>,
-) -> Result<Response, ApiError> {
-    let session_id = session_id(&id)?;
-    visible_row(&state.host, session_id).await?;
-    let events = state.host.events(session_id).await?;
-    Ok(axum::Json(json!(ledger::questions(&events))).into_response())
+    let recorded = |events: &[keel_contracts::RuntimeEvent]| {
+        let settled = ledger::settled(events, &call_id)?;
+        host.approvals.forget(session_id, &call_id);
+        Some(settled_reply(answer, &settled))
+    };
+    let accepted = json!({
+        "answer": answer, "state": "accepted",
+        "note": "not recorded yet: the run that asked has not taken it"
+    });
+    reply_once_recorded(host, session_id, recorded, accepted).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -719,12 +761,7 @@ async fn answer_question(
 ) -> Result<Response, ApiError> {
     use keel_contracts::{ElicitationAction, ElicitationAnswer, FormSchema};
     let host = &state.host;
-    let session_id = session_id(&id)?;
-    visible_row(host, session_id).await?;
-    if question.is_empty() || question.len() > 300 || question.chars().any(char::is_control) {
-        return Err(ApiError::bad_request("invalid question id"));
-    }
-    let events = host.events(session_id).await?;
+    let (session_id, events) = answering(host, &id, &question, 300, "question id").await?;
     if let Some((action, by, seq)) = ledger::answered(&events, &question) {
         return Err(ApiError::conflict(
             "already_answered",
@@ -768,27 +805,15 @@ async fn answer_question(
             ),
         ));
     }
-    let mut woken = host.feed.subscribe(session_id);
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let events = host.store.read(session_id, Seq(0)).await.map_err(ApiError::internal)?;
-        if let Some((action, by, seq)) = ledger::answered(&events, &question) {
-            return Ok(axum::Json(json!({
-                "question": question, "action": action, "by": by, "answered_seq": seq,
-            }))
-            .into_response());
-        }
-        tokio::select! {
-            _ = woken.changed() => {}
-            () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
-            () = tokio::time::sleep_until(deadline) => {
-                return Ok((StatusCode::ACCEPTED, axum::Json(json!({
-                    "question": question, "state": "accepted",
-                    "note": "not recorded yet"
-                }))).into_response());
-            }
-        }
-    }
+    let recorded = |events: &[keel_contracts::RuntimeEvent]| {
+        let (action, by, seq) = ledger::answered(events, &question)?;
+        Some(Ok(axum::Json(json!({
+            "question": question, "action": action, "by": by, "answered_seq": seq,
+        }))
+        .into_response()))
+    };
+    let accepted = json!({"question": question, "state": "accepted", "note": "not recorded yet"});
+    reply_once_recorded(host, session_id, recorded, accepted).await
 }
 
 /// 200 when the recorded answer is the one given, 409 when another one came first.

@@ -43,9 +43,17 @@ impl Tool for Asker {
     }
 }
 
-/// Answers every question with `content` (whatever the form), or never.
+/// Answers every question with its answer as it is (content and all, whatever the form),
+/// or never.
 #[derive(Debug)]
-struct Answers(Option<serde_json::Value>);
+struct Answers(Option<ElicitationAnswer>);
+
+impl Answers {
+    /// Accepts every question with `content`, as the user.
+    fn accepting(content: serde_json::Value) -> Answers {
+        Answers(Some(ElicitationAnswer::accept(content, "user")))
+    }
+}
 
 #[async_trait]
 impl PermissionHook for Answers {
@@ -58,7 +66,7 @@ impl PermissionHook for Answers {
 
     async fn elicit(&self, _question: &ElicitationQuestion<'_>) -> ElicitationAnswer {
         match &self.0 {
-            Some(content) => ElicitationAnswer::accept(content.clone(), "user"),
+            Some(answer) => answer.clone(),
             None => std::future::pending().await,
         }
     }
@@ -104,7 +112,7 @@ async fn a_question_is_recorded_asked_and_its_answer_checked_and_kept_from_the_m
     let harness = harness();
     let kernel = harness.kernel_with_permissions(
         model(&script(r#"action=accept content={\"name\":\"Ann\"}"#)),
-        Arc::new(Answers(Some(serde_json::json!({"name": "Ann"})))),
+        Arc::new(Answers::accepting(serde_json::json!({"name": "Ann"}))),
     );
     let session = harness.session(&kernel).await;
     let report =
@@ -159,7 +167,7 @@ async fn redteam_mcp_elicit_an_answer_that_fails_the_form_is_refused_and_not_sen
     // form does not have: nothing of it reaches the tool.
     let kernel = harness.kernel_with_permissions(
         model(&script("action=decline content=")),
-        Arc::new(Answers(Some(serde_json::json!({"name": 7, "card": "4111"})))),
+        Arc::new(Answers::accepting(serde_json::json!({"name": 7, "card": "4111"}))),
     );
     let session = harness.session(&kernel).await;
     kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
@@ -249,5 +257,107 @@ async fn fixed_policies_answer_with_the_defaults_or_decline() {
         let events = harness.events(session).await;
         assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() }, "{expect}");
         assert_eq!(answered(&events), vec![(action, by.to_owned())], "{expect}");
+    }
+}
+
+/// Runs `ask` with `schema` against a hook that says `answer`; the recorded answer's
+/// action and content, and the tool's result (what reached the server).
+async fn ask_and_answer(
+    schema: serde_json::Value,
+    answer: ElicitationAnswer,
+) -> (ElicitationAction, Option<serde_json::Value>, String) {
+    let harness = harness();
+    let script = serde_json::json!({"steps": [
+        {"tool_calls": [{"name": "ask", "arguments": {"schema": schema}}]},
+        {"text": "done"}
+    ]})
+    .to_string();
+    let kernel = harness.kernel_with_permissions(model(&script), Arc::new(Answers(Some(answer))));
+    let session = harness.session(&kernel).await;
+    kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
+    let events = harness.events(session).await;
+    let recorded = events.iter().find_map(|event| match &event.kind {
+        EventKind::ElicitationAnswered { action, content, .. } => Some((*action, content.clone())),
+        _ => None,
+    });
+    let result = events.iter().find_map(|event| match &event.kind {
+        EventKind::ToolResult { content, .. } => Some(content.clone()),
+        _ => None,
+    });
+    let (action, content) = recorded.unwrap();
+    (action, content, result.unwrap())
+}
+
+/// An accept without content, for a form with no required field, is the empty answer:
+/// `{}` is what is recorded and sent (the form was checked against it).
+#[tokio::test]
+async fn an_accept_without_content_sends_the_empty_answer_it_was_checked_as() {
+    let optional = serde_json::json!({"type": "object",
+        "properties": {"name": {"type": "string"}}});
+    let accept =
+        ElicitationAnswer { content: None, ..ElicitationAnswer::accept(optional.clone(), "user") };
+    let (action, content, result) = ask_and_answer(optional, accept).await;
+    assert_eq!((action, content), (ElicitationAction::Accept, Some(serde_json::json!({}))));
+    assert_eq!(result, "action=accept content={}");
+}
+
+/// A decline or a cancel carries no content, whatever the answering side put in it: what
+/// someone typed before declining never reaches the server or the ledger.
+#[tokio::test]
+async fn redteam_mcp_elicit_a_declined_or_cancelled_answer_carries_no_content() {
+    let typed = serde_json::json!({"name": "Ann", "card": "4111"});
+    for action in [ElicitationAction::Decline, ElicitationAction::Cancel] {
+        let answer = ElicitationAnswer {
+            action,
+            content: Some(typed.clone()),
+            by: "user".to_owned(),
+            reason: Some("changed my mind".to_owned()),
+        };
+        let (recorded, content, result) = ask_and_answer(form(), answer).await;
+        assert_eq!((recorded, content), (action, None));
+        assert_eq!(result, format!("action={} content=", action.as_str()));
+    }
+    // The legitimate neighbour: an accepted answer's content does reach the server.
+    let accept = ElicitationAnswer::accept(serde_json::json!({"name": "Ann"}), "user");
+    let (action, content, result) = ask_and_answer(form(), accept).await;
+    assert_eq!(
+        (action, content),
+        (ElicitationAction::Accept, Some(serde_json::json!({"name": "Ann"})))
+    );
+    assert_eq!(result, r#"action=accept content={"name":"Ann"}"#);
+}
+
+/// A fixed policy answers at once, so its question is committed together with its answer
+/// (one commit); a hook that may wait on someone gets a question that is durable first.
+#[tokio::test]
+async fn a_fixed_policy_commits_its_question_with_the_answer_a_person_gets_it_durable_first() {
+    use keel_contracts::PermissionAnswer;
+    use keel_kernel::StaticPermissions;
+    let with_default = serde_json::json!({"type": "object",
+        "properties": {"name": {"type": "string", "default": "Ann"}}, "required": ["name"]});
+    let hooks: [(Arc<dyn PermissionHook>, bool); 3] = [
+        (Arc::new(StaticPermissions(PermissionAnswer::AllowOnce)), true),
+        (Arc::new(StaticPermissions(PermissionAnswer::Deny)), true),
+        (Arc::new(Answers::accepting(serde_json::json!({"name": "Ann"}))), false),
+    ];
+    for (hook, at_once) in hooks {
+        let mut harness = harness();
+        let store = Arc::new(keel_testkit::CountingStore::new(harness.store.clone()));
+        harness.store = store.clone();
+        let script = serde_json::json!({"steps": [
+            {"tool_calls": [{"name": "ask", "arguments": {"schema": with_default}}]},
+            {"text": "done"}
+        ]})
+        .to_string();
+        let kernel = harness.kernel_with_permissions(model(&script), hook);
+        let session = harness.session(&kernel).await;
+        kernel.run_turn(session, "go", &harness.run_config(), &Cancellation::new()).await.unwrap();
+        let commits = store.commits();
+        let holding = |kind| commits.iter().position(|kinds| kinds.contains(&kind)).unwrap();
+        let (asked, answered) = (holding("elicitation_requested"), holding("elicitation_answered"));
+        assert_eq!(asked == answered, at_once, "{commits:?}");
+        if !at_once {
+            assert_eq!(commits[asked].last(), Some(&"elicitation_requested"), "{commits:?}");
+        }
     }
 }

@@ -23,6 +23,7 @@ mod settlement;
 mod skills;
 mod steering;
 mod support;
+mod tool_source;
 mod turn_loop;
 mod usage;
 mod wait;

@@ -156,7 +156,7 @@ async fn a_restart_without_a_call_in_between_starts_a_new_session() {
 }
 
 /// A loopback TCP relay in front of `target` that records the first line of every HTTP
-/// request keel sends through it (`DELETE /mcp HTTP/1.1`).
+/// request keel sends through it (`DELETE /mcp HTTP/1.1`), in the order `target` gets them.
 struct RecordingRelay {
     port: u16,
     requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
@@ -164,6 +164,12 @@ struct RecordingRelay {
 
 impl RecordingRelay {
     async fn start(target: u16) -> RecordingRelay {
+        RecordingRelay::start_delaying_gets(target, Duration::ZERO).await
+    }
+
+    /// A relay that holds each GET request for `delay` before passing it on (a slow
+    /// network, or a client thread that the OS did not run for a while).
+    async fn start_delaying_gets(target: u16, delay: Duration) -> RecordingRelay {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -188,6 +194,9 @@ impl RecordingRelay {
                                 Ok(n) => n,
                             };
                             let text = String::from_utf8_lossy(&buffer[..n]);
+                            if text.starts_with("GET ") {
+                                tokio::time::sleep(delay).await;
+                            }
                             for method in ["GET ", "POST ", "DELETE "] {
                                 for (at, _) in text.match_indices(method) {
                                     let rest = &text[at..];
@@ -247,6 +256,59 @@ async fn closing_the_servers_deletes_the_http_session() {
     // A tool used after close starts a new session.
     let output = call(&servers, "mcp__remote__echo", serde_json::json!({"message": "again"})).await;
     assert_eq!(unfence(&output.content, "mcp__remote__echo"), "Echo: again");
+}
+
+/// The servers of `scratch` with one, `remote`, reached through `relay`; connected.
+async fn connected_through(relay: &RecordingRelay, scratch: &Scratch) -> McpServers {
+    let config = format!("url = \"http://127.0.0.1:{}/mcp\"", relay.port);
+    let servers = scratch.start(&[("remote", &config)]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    servers
+}
+
+/// rmcp opens a session's GET stream from a task of its own while it goes on sending
+/// requests. When that GET reached the server late (a client thread not run for a while
+/// under CPU load), the first requests overtook it, and a server that resumes a call's
+/// closed stream on the session's next GET answered the call on it before the call's own
+/// stream closed (the conformance suite's `sse-retry` failing under load). keel sends a
+/// new session's requests once the server has answered that GET.
+#[tokio::test]
+async fn a_new_sessions_requests_wait_until_the_server_answered_its_get_stream() {
+    let server = HttpEverything::start();
+    let relay = RecordingRelay::start_delaying_gets(server.port, Duration::from_millis(700)).await;
+    let scratch = Scratch::new();
+    let servers = connected_through(&relay, &scratch).await;
+    let output = call(&servers, "mcp__remote__echo", serde_json::json!({"message": "hi"})).await;
+    assert_eq!(unfence(&output.content, "mcp__remote__echo"), "Echo: hi");
+    // initialize, notifications/initialized, the session's GET, and only then the rest.
+    let requests = relay.requests();
+    assert_eq!(
+        requests[..4],
+        ["POST /mcp HTTP/1.1", "POST /mcp HTTP/1.1", "GET /mcp HTTP/1.1", "POST /mcp HTTP/1.1"],
+        "{requests:?}"
+    );
+    servers.close().await;
+}
+
+/// A server that never answers the session's GET holds the first request back for
+/// `SESSION_STREAM_WAIT` (3 s) at most, and the ones after it not at all.
+#[tokio::test]
+async fn an_unanswered_get_stream_delays_a_new_sessions_requests_only_for_a_while() {
+    let server = HttpEverything::start();
+    let relay = RecordingRelay::start_delaying_gets(server.port, Duration::from_secs(600)).await;
+    let scratch = Scratch::new();
+    let started = Instant::now();
+    let servers = connected_through(&relay, &scratch).await;
+    let connected = started.elapsed();
+    assert!(
+        connected >= Duration::from_secs(3) && connected < Duration::from_secs(15),
+        "{connected:?}"
+    );
+    let asked = Instant::now();
+    let output = call(&servers, "mcp__remote__echo", serde_json::json!({"message": "hi"})).await;
+    assert_eq!(unfence(&output.content, "mcp__remote__echo"), "Echo: hi");
+    assert!(asked.elapsed() < Duration::from_secs(3), "{:?}", asked.elapsed());
+    assert!(!relay.requests().iter().any(|line| line.starts_with("GET")), "{:?}", relay.requests());
 }
 
 #[tokio::test]

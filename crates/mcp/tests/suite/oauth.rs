@@ -449,3 +449,95 @@ async fn redteam_mcp_oauth_a_fifo_or_symlinked_token_file_or_folder_is_refused()
     assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
     servers.close().await;
 }
+
+/// A "browser" that, before it follows the authorization server's redirect, sends keel's
+/// loopback listener what a hostile local page or process could: a forged redirect with
+/// another state, a redirect without a code, other paths and methods, bytes that are not
+/// HTTP, and a connection that never finishes its request. It records each status.
+#[derive(Debug, Default)]
+struct HostileBrowser {
+    statuses: std::sync::Mutex<Vec<(String, u16)>>,
+}
+
+impl oauth::Browser for HostileBrowser {
+    fn open<'a>(&'a self, url: &'a str) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            let client = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .map_err(|error| error.to_string())?;
+            let answer = client.get(url).send().await.map_err(|error| error.to_string())?;
+            let location = answer.headers()["location"].to_str().unwrap().to_owned();
+            let real = reqwest::Url::parse(&location).unwrap();
+            let base = format!("http://127.0.0.1:{}", real.port().unwrap());
+            // A stalled connection first: it must hold up nothing.
+            let mut stalled =
+                tokio::net::TcpStream::connect(("127.0.0.1", real.port().unwrap())).await.unwrap();
+            stalled.write_all(b"GET /callback?state=").await.unwrap();
+            let mut garbage =
+                tokio::net::TcpStream::connect(("127.0.0.1", real.port().unwrap())).await.unwrap();
+            garbage.write_all(b"\x16\x03\x01 not http at all\r\n\r\n").await.unwrap();
+            let mut answered = Vec::new();
+            let _ = garbage.read_to_end(&mut answered).await;
+            let first_line = String::from_utf8_lossy(&answered).lines().next().map(str::to_owned);
+            self.statuses.lock().unwrap().push((
+                "garbage".into(),
+                match first_line {
+                    Some(line) if line.starts_with("HTTP/1.1 400") => 400,
+                    _ => 0,
+                },
+            ));
+            let forged = [
+                ("forged state", format!("{base}/callback?state=forged&code=evil")),
+                ("no state", format!("{base}/callback?code=evil")),
+                ("no code", format!("{base}/callback?state={}", query(&real, "state"))),
+                ("other path", format!("{base}/other?state={}&code=evil", query(&real, "state"))),
+            ];
+            for (what, target) in forged {
+                let status = client.get(target).send().await.unwrap().status().as_u16();
+                self.statuses.lock().unwrap().push((what.to_owned(), status));
+            }
+            let posted = client.post(real.clone()).send().await.unwrap().status().as_u16();
+            self.statuses.lock().unwrap().push(("post".to_owned(), posted));
+            let status = client.get(real).send().await.unwrap().status().as_u16();
+            self.statuses.lock().unwrap().push(("real".to_owned(), status));
+            drop(stalled);
+            Ok(())
+        })
+    }
+}
+
+fn query(url: &reqwest::Url, name: &str) -> String {
+    url.query_pairs().find(|(key, _)| key == name).map(|(_, value)| value.into_owned()).unwrap()
+}
+
+#[tokio::test]
+async fn redteam_mcp_oauth_forged_or_stray_requests_to_the_redirect_listener_end_nothing() {
+    let server = AuthServer::start(Knobs::default()).await;
+    let scratch = Scratch::new();
+    let browser = HostileBrowser::default();
+    let report =
+        oauth::login(&server.spec("remote"), &login_options(&scratch), &browser).await.unwrap();
+    let statuses = browser.statuses.lock().unwrap().clone();
+    let expected: Vec<(String, u16)> = [
+        ("garbage", 400),
+        ("forged state", 400),
+        ("no state", 400),
+        ("no code", 400),
+        ("other path", 404),
+        ("post", 405),
+        ("real", 200),
+    ]
+    .into_iter()
+    .map(|(what, status)| (what.to_owned(), status))
+    .collect();
+    assert_eq!(statuses, expected);
+    // The legitimate neighbour: the real redirect's code was exchanged and the token works.
+    let servers = start_with_store(&scratch, vec![server.spec("remote")]).await;
+    assert_eq!(servers.statuses()[0].state, ServerState::Connected, "{:?}", servers.statuses());
+    let output = call(&servers, "mcp__remote__hello", serde_json::json!({})).await;
+    assert!(output.content.contains("hello, authorized"), "{}", output.content);
+    assert_eq!(report.client_id, "keel-test-client");
+    servers.close().await;
+}
