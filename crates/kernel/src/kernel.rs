@@ -787,6 +787,8 @@ impl Kernel {
                 fixed_tokens,
                 scale: token_scale,
             };
+            // The ledger checked its active compaction while it held what that covers.
+            projected.trust(ledger.checks());
             let mut fitted = projected.fit(ledger.events(), &window);
             // The drop-oldest fallback's request, built from scratch (it is not recorded,
             // so the next step tries compaction again).
@@ -812,10 +814,15 @@ impl Kernel {
                 spent.tokens += summary_spend.tokens();
                 spent.cost_usd += summary_spend.cost_usd.unwrap_or(0.0);
                 if matches!(compacted, Compacted::Done) {
+                    projected.trust(ledger.checks());
                     fitted = projected.fit(ledger.events(), &window);
                 }
                 if fitted.over_budget {
-                    let fallback = compaction::drop_oldest(ledger.events(), &window);
+                    let fallback = compaction::drop_oldest_checked(
+                        ledger.events(),
+                        &window,
+                        &mut ledger.checks().clone(),
+                    );
                     fitted = context::FitSummary::from(&fallback);
                     dropped = Some(fallback);
                 }
