@@ -245,6 +245,31 @@ impl Ledger {
         Ok(Cow::Owned(history))
     }
 
+    /// The latest recorded result of the call `call_id` other than `read_tool_result`'s
+    /// own (what `read_tool_result` pages), for a result memory does not hold: one indexed
+    /// store lookup ([`Store::last_tool_result`]), or, when that finds a
+    /// `read_tool_result` result with the id (ids repeated in a ledger older than the
+    /// unique ids), the session read from the store. `None` when there is none.
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError`] when the store cannot be read.
+    pub(crate) async fn last_tool_result(
+        &self,
+        call_id: &str,
+    ) -> Result<Option<Cow<'_, [RuntimeEvent]>>, KernelError> {
+        let id = keel_contracts::ToolCallId(call_id.to_owned());
+        let Some(found) = self.store.last_tool_result(self.session_id, &id).await? else {
+            return Ok(None);
+        };
+        match &found.kind {
+            EventKind::ToolResult { tool, .. } if tool != crate::intrinsic::READ_TOOL_RESULT => {
+                Ok(Some(Cow::Owned(vec![found])))
+            }
+            _ => Ok(Some(self.history_from(Seq(1)).await?)),
+        }
+    }
+
     /// The repeated-failure counts `turn_id` already has (see
     /// [`crate::settlement::failures_in_turn`]): from the held events when the turn began
     /// after the base, else from the counts the compaction at the base recorded plus the
