@@ -445,6 +445,8 @@ mod tests {
     use keel_contracts::{CarriedContext, DigestChain, RequestPurpose};
     use keel_testkit::{FakeClock, MemStore};
 
+    const READ: &str = crate::intrinsic::READ_TOOL_RESULT;
+
     fn requested(step: u32) -> EventKind {
         EventKind::ModelRequested {
             step,
@@ -537,6 +539,48 @@ mod tests {
         assert_eq!(held(&loaded), [1, 2, 11, 12, 13, 14]);
         assert_eq!(loaded.base(), Seq(10));
         assert_eq!(loaded.checks().get(&Seq(13)), Some(&true));
+    }
+
+    fn result(call_id: &str, tool: &str, content: &str) -> EventKind {
+        EventKind::ToolResult {
+            call_id: call_id.into(),
+            attempt_id: None,
+            tool: tool.to_owned(),
+            outcome: keel_contracts::Outcome::Ok,
+            content: content.to_owned(),
+            bytes: content.len() as u64,
+            raw: None,
+        }
+    }
+
+    /// A result a compaction covered is found in the store by its call id, alone; one whose
+    /// latest result with that id is `read_tool_result`'s own is looked for in the session.
+    #[tokio::test]
+    async fn a_covered_result_is_read_from_the_store_by_its_call_id() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let session_id = SessionId(uuid::Uuid::from_u128(9));
+        let mut ledger = Ledger::new_session(
+            session_id,
+            store,
+            Arc::new(FakeClock::new()),
+            Arc::new(crate::NoopObserver),
+        );
+        let created = serde_json::json!({
+            "kind": "session_created", "workspace": "/w", "model": "m",
+            "envelope": keel_contracts::Envelope::executor(), "mode": "live",
+        });
+        ledger.append(None, None, serde_json::from_value(created).unwrap()).await.unwrap();
+        ledger.append(None, None, result("old", "read_file", "old body")).await.unwrap();
+        ledger.append(None, None, result("twice", "read_file", "first")).await.unwrap();
+        ledger.append(None, None, result("twice", READ, "paged")).await.unwrap();
+        let digest = crate::context::digest_of(ledger.events());
+        ledger.append(None, None, compaction(None, 4, digest)).await.unwrap();
+        assert_eq!(held(&ledger), [1, 5]);
+        let found = ledger.last_tool_result("old").await.unwrap().unwrap();
+        assert_eq!(found.iter().map(|event| event.seq.0).collect::<Vec<_>>(), [2]);
+        let whole = ledger.last_tool_result("twice").await.unwrap().unwrap();
+        assert_eq!(whole.len(), 5, "the session, read from the store");
+        assert!(ledger.last_tool_result("never").await.unwrap().is_none());
     }
 
     /// The held events grow by a quarter, not by doubling.
