@@ -131,13 +131,16 @@ fn process_cpu_time() -> Duration {
     Duration::new(u64::try_from(now.tv_sec).unwrap(), u32::try_from(now.tv_nsec).unwrap())
 }
 
+/// When each conversation request reached the model: wall clock, process CPU time.
+type Instants = Arc<Mutex<Vec<(Instant, Duration)>>>;
+
 /// Records when each conversation request reached the model: the wall-clock instant and
 /// the process's CPU time, when `at` is given (the step-time run; the peak-RSS run keeps
 /// no per-step record, so its peak is keel's).
 #[derive(Debug)]
 struct Timed {
     inner: Generated,
-    at: Option<Arc<Mutex<Vec<(Instant, Duration)>>>>,
+    at: Option<Instants>,
     summaries: Arc<std::sync::atomic::AtomicU64>,
 }
 
