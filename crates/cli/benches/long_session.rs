@@ -131,12 +131,16 @@ fn process_cpu_time() -> Duration {
     Duration::new(u64::try_from(now.tv_sec).unwrap(), u32::try_from(now.tv_nsec).unwrap())
 }
 
+/// When each conversation request reached the model: wall clock, process CPU time.
+type Instants = Arc<Mutex<Vec<(Instant, Duration)>>>;
+
 /// Records when each conversation request reached the model: the wall-clock instant and
-/// the process's CPU time.
+/// the process's CPU time, when `at` is given (the step-time run; the peak-RSS run keeps
+/// no per-step record, so its peak is keel's).
 #[derive(Debug)]
 struct Timed {
     inner: Generated,
-    at: Arc<Mutex<Vec<(Instant, Duration)>>>,
+    at: Option<Instants>,
     summaries: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -151,7 +155,9 @@ impl ModelClient for Timed {
         on_delta: &(dyn Fn(StreamDelta) + Send + Sync),
     ) -> Result<ModelResponse, ModelError> {
         if request.purpose == RequestPurpose::Conversation {
-            self.at.lock().unwrap().push((Instant::now(), process_cpu_time()));
+            if let Some(at) = &self.at {
+                at.lock().unwrap().push((Instant::now(), process_cpu_time()));
+            }
         } else {
             self.summaries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -223,14 +229,14 @@ impl ModelClient for Generated {
 }
 
 /// Runs one turn of `steps` tool steps on a fresh SQLite ledger; returns the instants of
-/// the conversation model calls (wall clock, process CPU time) and the number of summary
-/// (compaction) calls.
-fn run(steps: usize, window: Option<u64>) -> (Vec<(Instant, Duration)>, u64) {
+/// the conversation model calls (wall clock, process CPU time; empty unless `timed`) and
+/// the number of summary (compaction) calls.
+fn run(steps: usize, window: Option<u64>, timed: bool) -> (Vec<(Instant, Duration)>, u64) {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
     let store: Arc<dyn Store> =
         Arc::new(keel_store::SqliteStore::open(dir.path().join("long.sqlite")).unwrap());
-    let at = Arc::new(Mutex::new(Vec::with_capacity(steps + 1)));
+    let at = timed.then(|| Arc::new(Mutex::new(Vec::with_capacity(steps + 1))));
     let summaries = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let spec = ToolSpec {
         name: "noop".into(),
@@ -289,7 +295,7 @@ fn run(steps: usize, window: Option<u64>) -> (Vec<(Instant, Duration)>, u64) {
             report.outcome
         );
     });
-    let at = at.lock().unwrap().clone();
+    let at = at.map(|at| at.lock().unwrap().clone()).unwrap_or_default();
     (at, summaries.load(std::sync::atomic::Ordering::Relaxed))
 }
 
@@ -309,7 +315,7 @@ fn vm_hwm_kib() -> u64 {
 
 fn step_times(steps: usize, window: Option<u64>) {
     let started = Instant::now();
-    let (at, summaries) = run(steps, window);
+    let (at, summaries) = run(steps, window, true);
     // Step i (1-based) is the time from model call i to model call i + 1.
     let wall: Vec<Duration> = at.windows(2).map(|pair| pair[1].0 - pair[0].0).collect();
     let cpu: Vec<Duration> = at.windows(2).map(|pair| pair[1].1 - pair[0].1).collect();
@@ -354,7 +360,7 @@ fn main() {
             ["rss", steps] => {
                 let rss_window: Option<u64> =
                     std::env::var("KEEL_BENCH_RSS_WINDOW").ok().and_then(|s| s.parse().ok());
-                let _ = run(steps.parse().unwrap(), rss_window);
+                let _ = run(steps.parse().unwrap(), rss_window, false);
                 println!("{}", vm_hwm_kib());
             }
             _ => panic!("unknown KEEL_BENCH_CHILD {job}"),

@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::{RuntimeEvent, Seq, SessionId, UsageTotals};
+use crate::{RuntimeEvent, Seq, SessionId, ToolCallId, UsageTotals};
 
 /// Where a session stands, derived from its last run event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -346,6 +346,33 @@ pub trait Store: Send + Sync + Debug {
     ) -> Result<Option<RuntimeEvent>, ReadError> {
         let events = self.read(session_id, Seq(0)).await?;
         Ok(events.into_iter().rev().find(|event| event.kind.name() == kind))
+    }
+
+    /// The session's latest `tool_result` event for the call `call_id`, if any: whether
+    /// that id is taken (the kernel gives a call that repeats an answered call's id a fresh
+    /// one), and the result `read_tool_result` pages when memory no longer holds it. A
+    /// database answers it from an index on the results' call ids, so it costs the same at
+    /// event 1 000 and 100 000.
+    ///
+    /// The default scans [`Store::read_kinds`].
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Corrupt`] when a record read does not decode.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn last_tool_result(
+        &self,
+        session_id: SessionId,
+        call_id: &ToolCallId,
+    ) -> Result<Option<RuntimeEvent>, ReadError> {
+        let results = self.read_kinds(session_id, &["tool_result"], Seq(u64::MAX)).await?;
+        Ok(results.into_iter().rev().find(|event| {
+            matches!(&event.kind, crate::EventKind::ToolResult { call_id: answered, .. }
+                if answered == call_id)
+        }))
     }
 
     /// Every session, newest first.

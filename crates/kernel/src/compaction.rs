@@ -68,7 +68,7 @@ impl Kernel {
     ) -> Result<(Compacted, UsageTotals)> {
         let ids = call.ids;
         let mut spent = UsageTotals::default();
-        let mut verified = BTreeMap::new();
+        let mut verified = ledger.checks().clone();
         let inline = window.policy.inline_limit_bytes;
         let entries = context::retained_entries(ledger.events(), inline, &mut verified);
         let (pruned, fitted) = context::prune(entries.clone(), window);
@@ -329,7 +329,7 @@ impl Kernel {
             .deps
             .counter
             .count(&serde_json::to_string(&self.registry.definitions()).unwrap_or_default());
-        let mut verified = BTreeMap::new();
+        let mut verified = ledger.checks().clone();
         let entries = context::retained_entries(
             ledger.events(),
             config.context.inline_limit_bytes,
@@ -436,13 +436,22 @@ pub fn drop_oldest(
     events: &[keel_contracts::RuntimeEvent],
     window: &Window<'_>,
 ) -> context::Fitted {
-    let mut verified = BTreeMap::new();
-    let entries =
-        context::retained_entries(events, window.policy.inline_limit_bytes, &mut verified);
+    drop_oldest_checked(events, window, &mut BTreeMap::new())
+}
+
+/// [`drop_oldest`] of a ledger's held events, with the digest checks its holder made
+/// (`verified`, by compaction seq; see [`context::active_compaction`]): the active
+/// compaction's covered events need not be in `events`.
+pub(crate) fn drop_oldest_checked(
+    events: &[keel_contracts::RuntimeEvent],
+    window: &Window<'_>,
+    verified: &mut BTreeMap<Seq, bool>,
+) -> context::Fitted {
+    let entries = context::retained_entries(events, window.policy.inline_limit_bytes, verified);
     // What is carried starts from the active compaction's (which carries everything up to
     // what it covers): the events it covers need not be held.
     let (carried_so_far, carried_to) =
-        match context::active_compaction(events, &mut verified).map(|event| &event.kind) {
+        match context::active_compaction(events, verified).map(|event| &event.kind) {
             Some(EventKind::Compaction { carried, covers_to, .. }) => (carried.clone(), *covers_to),
             _ => (CarriedContext::default(), Seq(0)),
         };

@@ -678,24 +678,6 @@ impl Kernel {
         let mut force_compaction = false;
         let mut too_long_retried = false;
         let mut token_scale: f64 = 1.0;
-        // Every call id of the session, so each new call gets a unique one: results are
-        // paired and paged (`read_tool_result`) by id.
-        // (Those held in memory: ids covered by a compaction before them are in the store
-        // only; a result is paged by the latest call with its id.)
-        let mut seen_call_ids: std::collections::BTreeSet<keel_contracts::ToolCallId> = ledger
-            .events()
-            .iter()
-            .filter_map(|event| match &event.kind {
-                EventKind::ModelResponse {
-                    tool_calls,
-                    purpose: RequestPurpose::Conversation,
-                    ..
-                } => Some(tool_calls),
-                _ => None,
-            })
-            .flatten()
-            .map(|call| call.call_id.clone())
-            .collect();
         let mut step: u32 = 0;
         let mut last_step: Option<String> = None;
         // Steering input staged at a step boundary, acknowledged once durable.
@@ -787,6 +769,8 @@ impl Kernel {
                 fixed_tokens,
                 scale: token_scale,
             };
+            // The ledger checked its active compaction while it held what that covers.
+            projected.trust(ledger.checks());
             let mut fitted = projected.fit(ledger.events(), &window);
             // The drop-oldest fallback's request, built from scratch (it is not recorded,
             // so the next step tries compaction again).
@@ -812,10 +796,15 @@ impl Kernel {
                 spent.tokens += summary_spend.tokens();
                 spent.cost_usd += summary_spend.cost_usd.unwrap_or(0.0);
                 if matches!(compacted, Compacted::Done) {
+                    projected.trust(ledger.checks());
                     fitted = projected.fit(ledger.events(), &window);
                 }
                 if fitted.over_budget {
-                    let fallback = compaction::drop_oldest(ledger.events(), &window);
+                    let fallback = compaction::drop_oldest_checked(
+                        ledger.events(),
+                        &window,
+                        &mut ledger.checks().clone(),
+                    );
                     fitted = context::FitSummary::from(&fallback);
                     dropped = Some(fallback);
                 }
@@ -935,19 +924,7 @@ impl Kernel {
             spent.last_step_cost_usd = cost.unwrap_or(0.0);
             spent.cost_usd += spent.last_step_cost_usd;
             let mut response = response;
-            for call in &mut response.tool_calls {
-                // A provider that repeats an id (within a response or across turns) would
-                // make two calls share one result; give the later one a fresh id.
-                if seen_call_ids.contains(&call.call_id) {
-                    let base = call.call_id.as_str().to_owned();
-                    let fresh = (2..)
-                        .map(|n| keel_contracts::ToolCallId(format!("{base}-{n}")))
-                        .find(|candidate| !seen_call_ids.contains(candidate))
-                        .unwrap_or_else(|| keel_contracts::ToolCallId(format!("{base}-x")));
-                    call.call_id = fresh;
-                }
-                seen_call_ids.insert(call.call_id.clone());
-            }
+            unique_call_ids(self.deps.store.as_ref(), &ledger, &mut response.tool_calls).await?;
             let tool_calls = response.tool_calls.clone();
             let finish_reason = response.finish_reason.clone();
             let text = response.text.clone();
@@ -1156,6 +1133,57 @@ pub(crate) struct FirstResult {
     pub(crate) tool: String,
     pub(crate) outcome: keel_contracts::Outcome,
     pub(crate) content: String,
+}
+
+/// Gives each call of a response that repeats an id already taken a fresh one (`ID-2`,
+/// `ID-3`, …): a provider that repeats an id (within a response or across turns) would
+/// make two calls share one result, and results are paired and paged
+/// (`read_tool_result`) by id.
+///
+/// An id is taken by an earlier call of the same response or by a call the session
+/// answered: the store's indexed lookup ([`keel_contracts::Store::last_tool_result`]).
+/// Every call of an earlier response has its result durable before the next model request
+/// leaves (the request's append commits what the step staged; calls a dead run left open
+/// are answered before the first request of the run that resumes it), so that covers
+/// every earlier call of the session, and nothing of the run is kept in memory for it
+/// (issue #13: the set of the run's ids grew by one a step).
+///
+/// # Errors
+///
+/// [`KernelError`] when the store cannot be read.
+async fn unique_call_ids(
+    store: &dyn keel_contracts::Store,
+    ledger: &Ledger,
+    calls: &mut [keel_contracts::ToolCall],
+) -> Result<()> {
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let mut taken = std::collections::BTreeSet::new();
+    for call in calls.iter_mut() {
+        let mut candidate = call.call_id.clone();
+        let mut n = 1u64;
+        while is_taken(store, ledger, &taken, &candidate).await? {
+            n += 1;
+            candidate = keel_contracts::ToolCallId(format!("{}-{n}", call.call_id.as_str()));
+        }
+        call.call_id = candidate.clone();
+        taken.insert(candidate);
+    }
+    Ok(())
+}
+
+/// Whether `id` is taken (see [`unique_call_ids`]).
+async fn is_taken(
+    store: &dyn keel_contracts::Store,
+    ledger: &Ledger,
+    earlier: &std::collections::BTreeSet<keel_contracts::ToolCallId>,
+    id: &keel_contracts::ToolCallId,
+) -> Result<bool> {
+    if earlier.contains(id) {
+        return Ok(true);
+    }
+    Ok(store.last_tool_result(ledger.session_id, id).await?.is_some())
 }
 
 /// keel's own count of the figures a response's usage lacks: the request's estimated size

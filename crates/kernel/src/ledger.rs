@@ -13,18 +13,24 @@
 //! Memory is bounded by the retained window, not the history (issue #13). The ledger holds
 //! every event after its *base* and, at or below the base, only the session's facts
 //! ([`FACT_KINDS`]: `session_created`, turn and run starts and ends, permission answers,
-//! boundary revisions, sealing), which are few and small. The base is the seq the active
-//! compaction's digest chain starts after ([`keel_contracts::DigestChain::covers_to`]), so
-//! the active compaction can still be checked against the events it covers since the one
-//! it extends, and the projection (which starts after the active compaction) is whole.
-//! When a chained compaction lands, the covered prefix below its chain is dropped from
-//! memory; the store keeps everything, and what needs covered history reads it from there
+//! boundary revisions, sealing), which are few and small. The base is the `covers_to` of
+//! the active compaction: the projection starts after it, so nothing the projection needs
+//! is below it. A compaction is checked against its covered events while they are held
+//! (when it is committed, or when the session is loaded), and the check is kept
+//! ([`Ledger::checks`]): from then on that compaction is the anchor of its chain in
+//! memory, as it would be for any reader that does not hold what it covers. The store
+//! keeps everything, and what needs covered history reads it from there
 //! ([`Ledger::history_from`]).
 //!
-//! [`Ledger::load`] reads the same shape from the store: the latest compaction (an indexed
-//! query), the facts at or below its base, and the events after it, so resuming a session
-//! of 100 000 events reads a bounded suffix. When that compaction does not check out
-//! against what was read, the whole ledger is read instead.
+//! The held events grow by a quarter at a time, not by doubling (a `Vec`'s slack at a
+//! window of thousands of events is megabytes), and shrink to fit when a compaction drops
+//! what it covers.
+//!
+//! [`Ledger::load`] reads from the store: the latest compaction (an indexed query), the
+//! facts at or below the base of its digest chain, and the events after it, so resuming a
+//! session of 100 000 events reads a bounded suffix; the compaction is checked against what
+//! was read, and what it covers is then dropped from memory as at a commit. When that
+//! compaction does not check out against what was read, the whole ledger is read instead.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -52,6 +58,9 @@ pub(crate) const FACT_KINDS: &[&str] = &[
     "permission_settled",
     "boundary_revised",
 ];
+
+/// Events the held ones grow by, at least, when they are full.
+const GROWTH_MIN: usize = 64;
 
 /// Whether `kind` is one of [`FACT_KINDS`].
 fn is_fact(kind: &EventKind) -> bool {
@@ -81,6 +90,8 @@ pub(crate) struct Ledger {
     responses: u64,
     /// The lease this process drives the session under; appends are fenced by it.
     pub(crate) lease: Option<keel_contracts::Lease>,
+    /// Digest checks of the held compactions, by seq (see [`Ledger::checks`]).
+    checks: BTreeMap<Seq, bool>,
 }
 
 impl Ledger {
@@ -103,6 +114,7 @@ impl Ledger {
             observer,
             responses: 0,
             lease: None,
+            checks: BTreeMap::new(),
         };
         if !ledger.load_tail().await? {
             let events = ledger.store.read(session_id, Seq(0)).await?;
@@ -110,13 +122,16 @@ impl Ledger {
             ledger.last_seq = events.last().map_or(Seq(0), |event| event.seq);
             ledger.events = events;
             ledger.base = Seq(0);
+            ledger.checks.clear();
         }
         ledger.durable = ledger.events.len();
+        ledger.drop_covered();
         Ok(ledger)
     }
 
     /// Reads the facts up to the latest compaction's base and every event after it;
     /// `false` (nothing kept) when there is no chained compaction or it does not check out.
+    /// What the compaction covers is dropped afterwards, by [`Ledger::load`].
     async fn load_tail(&mut self) -> Result<bool, KernelError> {
         let Some(latest) = self.store.last_of_kind(self.session_id, "compaction").await? else {
             return Ok(false);
@@ -136,8 +151,8 @@ impl Ledger {
             return Ok(false);
         }
         events.extend(tail);
-        let mut verified = BTreeMap::new();
-        let active = crate::context::active_compaction(&events, &mut verified);
+        let mut checks = BTreeMap::new();
+        let active = crate::context::active_compaction(&events, &mut checks);
         if active.map(|event| event.seq) != Some(latest.seq) {
             return Ok(false);
         }
@@ -146,6 +161,7 @@ impl Ledger {
         self.last_seq = events.last().map_or(Seq(0), |event| event.seq);
         self.events = events;
         self.base = base;
+        self.checks = checks;
         Ok(true)
     }
 
@@ -167,6 +183,7 @@ impl Ledger {
             observer,
             responses: 0,
             lease: None,
+            checks: BTreeMap::new(),
         }
     }
 
@@ -180,6 +197,14 @@ impl Ledger {
     /// every event after it is in [`Ledger::events`].
     pub(crate) fn base(&self) -> Seq {
         self.base
+    }
+
+    /// The digest checks of the held compactions, by seq, made while their covered events
+    /// were held (at a commit, or at load from what the store gave): seed a check of
+    /// [`Ledger::events`] with these ([`crate::context::active_compaction`]'s `verified`),
+    /// since the active compaction's covered events are no longer held to check again.
+    pub(crate) fn checks(&self) -> &BTreeMap<Seq, bool> {
+        &self.checks
     }
 
     /// The first event (`session_created` in a well-formed session).
@@ -218,6 +243,31 @@ impl Ledger {
         let read_to = history.last().map_or(after, |event| event.seq);
         history.extend(self.events[self.durable..].iter().filter(|e| e.seq > read_to).cloned());
         Ok(Cow::Owned(history))
+    }
+
+    /// The latest recorded result of the call `call_id` other than `read_tool_result`'s
+    /// own (what `read_tool_result` pages), for a result memory does not hold: one indexed
+    /// store lookup ([`Store::last_tool_result`]), or, when that finds a
+    /// `read_tool_result` result with the id (ids repeated in a ledger older than the
+    /// unique ids), the session read from the store. `None` when there is none.
+    ///
+    /// # Errors
+    ///
+    /// [`KernelError`] when the store cannot be read.
+    pub(crate) async fn last_tool_result(
+        &self,
+        call_id: &str,
+    ) -> Result<Option<Cow<'_, [RuntimeEvent]>>, KernelError> {
+        let id = keel_contracts::ToolCallId(call_id.to_owned());
+        let Some(found) = self.store.last_tool_result(self.session_id, &id).await? else {
+            return Ok(None);
+        };
+        match &found.kind {
+            EventKind::ToolResult { tool, .. } if tool != crate::intrinsic::READ_TOOL_RESULT => {
+                Ok(Some(Cow::Owned(vec![found])))
+            }
+            _ => Ok(Some(self.history_from(Seq(1)).await?)),
+        }
     }
 
     /// The repeated-failure counts `turn_id` already has (see
@@ -291,6 +341,10 @@ impl Ledger {
             self.responses += 1;
         }
         self.last_seq = event.seq;
+        if self.events.len() == self.events.capacity() {
+            // Grow by a quarter: doubling leaves up to a whole window of slack.
+            self.events.reserve_exact((self.events.len() / 4).max(GROWTH_MIN));
+        }
         self.events.push(event);
         self.events.last().unwrap_or_else(|| unreachable!("an event was just pushed"))
     }
@@ -301,8 +355,8 @@ impl Ledger {
     }
 
     /// Makes every staged event durable in one store append (one transaction), then
-    /// reports them to the observer in seq order, and drops from memory what a chained
-    /// compaction among them covers. A no-op when nothing is staged.
+    /// reports them to the observer in seq order, and drops from memory what a compaction
+    /// among them covers once it checks out (see the module docs). A no-op when nothing is staged.
     ///
     /// # Errors
     ///
@@ -335,17 +389,15 @@ impl Ledger {
             }
             return Err(error.into());
         }
-        let mut new_base = None;
+        let mut compacted = false;
         for event in &self.events[self.durable..] {
             self.observer.on_event(event);
-            if let EventKind::Compaction { chain: Some(chain), .. } = &event.kind {
-                new_base = Some(chain.covers_to);
-            }
-        }
-        if let Some(new_base) = new_base {
-            self.advance_base(new_base);
+            compacted |= matches!(event.kind, EventKind::Compaction { .. });
         }
         self.durable = self.events.len();
+        if compacted {
+            self.drop_covered();
+        }
         Ok(())
     }
 
@@ -365,15 +417,24 @@ impl Ledger {
         Ok(self.events.last().unwrap_or_else(|| unreachable!("an event was just committed")))
     }
 
-    /// Drops the events at or below `new_base` that are not facts: a chained compaction
-    /// landed (durably; called only when every held event is durable), so the projection
-    /// and the check of that compaction need nothing below it.
-    fn advance_base(&mut self, new_base: Seq) {
+    /// Checks the held compactions (while what they cover is held; the checks are kept
+    /// in [`Ledger::checks`]) and drops the events at or below the active one's
+    /// `covers_to` that are not facts: the projection starts after it. Called only when
+    /// every held event is durable (at load, or after a commit with a compaction).
+    fn drop_covered(&mut self) {
+        let active = crate::context::active_compaction(&self.events, &mut self.checks);
+        let Some(EventKind::Compaction { covers_to, .. }) = active.map(|event| &event.kind) else {
+            return;
+        };
+        let new_base = *covers_to;
         if new_base <= self.base {
             return;
         }
         self.events.retain(|event| event.seq > new_base || is_fact(&event.kind));
-        self.events.shrink_to(self.events.len() * 2);
+        self.events.shrink_to_fit();
+        self.durable = self.events.len();
+        // Checks of compactions no longer held are of no use.
+        self.checks.retain(|seq, _| *seq > new_base);
         self.base = new_base;
     }
 }
@@ -383,6 +444,8 @@ mod tests {
     use super::*;
     use keel_contracts::{CarriedContext, DigestChain, RequestPurpose};
     use keel_testkit::{FakeClock, MemStore};
+
+    const READ: &str = crate::intrinsic::READ_TOOL_RESULT;
 
     fn requested(step: u32) -> EventKind {
         EventKind::ModelRequested {
@@ -396,11 +459,11 @@ mod tests {
         }
     }
 
-    fn compaction(chain: Option<DigestChain>, covers_to: u64) -> EventKind {
+    fn compaction(chain: Option<DigestChain>, covers_to: u64, digest: String) -> EventKind {
         EventKind::Compaction {
             covers_from: Seq(1),
             covers_to: Seq(covers_to),
-            digest: "d".into(),
+            digest,
             chain,
             responses_before: Some(0),
             failures: None,
@@ -411,18 +474,21 @@ mod tests {
         }
     }
 
-    /// A chained compaction drops what its chain covers from memory, keeping the facts;
-    /// covered history is still read from the store.
+    fn held(ledger: &Ledger) -> Vec<u64> {
+        ledger.events().iter().map(|event| event.seq.0).collect()
+    }
+
+    /// A compaction that checks out drops what it covers from memory, keeping the facts
+    /// (chained or not); one that does not check out drops nothing; covered history is
+    /// still read from the store, and a reload holds the same.
     #[tokio::test]
-    async fn a_chained_compaction_drops_the_covered_prefix_but_keeps_the_facts() {
+    async fn a_compaction_drops_what_it_covers_but_keeps_the_facts() {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
         let session_id = SessionId(uuid::Uuid::from_u128(7));
-        let mut ledger = Ledger::new_session(
-            session_id,
-            store.clone(),
-            Arc::new(FakeClock::new()),
-            Arc::new(crate::NoopObserver),
-        );
+        let clock: Arc<dyn Clock> = Arc::new(FakeClock::new());
+        let observer: Arc<dyn Observer> = Arc::new(crate::NoopObserver);
+        let mut ledger =
+            Ledger::new_session(session_id, store.clone(), clock.clone(), observer.clone());
         let created = serde_json::json!({
             "kind": "session_created", "workspace": "/w", "model": "m",
             "envelope": keel_contracts::Envelope::executor(), "mode": "live",
@@ -432,28 +498,108 @@ mod tests {
         for step in 0..4 {
             ledger.append(None, None, requested(step)).await.unwrap();
         }
-        // #7: the first compaction (no chain) keeps everything in memory.
-        ledger.append(None, None, compaction(None, 4)).await.unwrap();
-        assert_eq!(ledger.events().len(), 7);
+        // #7: a compaction whose digest does not match what it covers drops nothing.
+        ledger.append(None, None, compaction(None, 4, "wrong".into())).await.unwrap();
+        assert_eq!(held(&ledger), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(ledger.base(), Seq(0));
+        // #8, unchained, over #1–#4: #3 and #4 leave memory, the facts #1 and #2 stay.
+        let first = crate::context::digest_of(&ledger.events()[..4]);
+        ledger.append(None, None, compaction(None, 4, first.clone())).await.unwrap();
+        assert_eq!(held(&ledger), [1, 2, 5, 6, 7, 8]);
+        assert_eq!(ledger.base(), Seq(4));
         for step in 4..8 {
             ledger.append(None, None, requested(step)).await.unwrap();
         }
-        // #12, chained on #7 (which covers up to #4): #3 and #4 leave memory.
-        let chain = DigestChain { compaction: Seq(7), covers_to: Seq(4), digest: "d".into() };
-        ledger.append(None, None, compaction(Some(chain), 9)).await.unwrap();
-        let held: Vec<u64> = ledger.events().iter().map(|event| event.seq.0).collect();
-        assert_eq!(held, [1, 2, 5, 6, 7, 8, 9, 10, 11, 12]);
-        assert_eq!(ledger.last_seq(), Seq(12));
+        // #13, chained on #8, over #5–#10 (#7 and #8 among them).
+        let segment = crate::context::covered(ledger.events(), Seq(5), Seq(10)).unwrap();
+        let digest = crate::context::chained_digest(&first, segment);
+        let chain = DigestChain { compaction: Seq(8), covers_to: Seq(4), digest: first };
+        ledger.append(None, None, compaction(Some(chain), 10, digest)).await.unwrap();
+        assert_eq!(held(&ledger), [1, 2, 11, 12, 13]);
+        assert_eq!(ledger.base(), Seq(10));
+        assert_eq!(ledger.checks().keys().copied().collect::<Vec<_>>(), [Seq(13)]);
+        assert_eq!(ledger.last_seq(), Seq(13));
         assert_eq!(ledger.first().map(|event| event.kind.name()), Some("session_created"));
+        // The active compaction is still found in what is held, from the kept check.
+        let mut checks = ledger.checks().clone();
+        let active = crate::context::active_compaction(ledger.events(), &mut checks);
+        assert_eq!(active.map(|event| event.seq), Some(Seq(13)));
         let from_store = ledger.history_from(Seq(3)).await.unwrap();
         assert!(matches!(from_store, Cow::Owned(_)));
         assert_eq!(from_store.first().map(|event| event.seq), Some(Seq(3)));
-        assert_eq!(from_store.len(), 10);
-        let held_tail = ledger.history_from(Seq(6)).await.unwrap();
+        assert_eq!(from_store.len(), 11);
+        let held_tail = ledger.history_from(Seq(12)).await.unwrap();
         assert!(matches!(held_tail, Cow::Borrowed(_)));
-        assert_eq!(held_tail.len(), 7);
+        assert_eq!(held_tail.len(), 2);
         // The next event still gets the next seq.
         let next = ledger.append(None, None, requested(9)).await.unwrap().seq;
-        assert_eq!(next, Seq(13));
+        assert_eq!(next, Seq(14));
+        // A load holds the same: it reads from #13's chain on, checks #13 and drops the rest.
+        let loaded = Ledger::load(session_id, store, clock, observer).await.unwrap();
+        assert_eq!(held(&loaded), [1, 2, 11, 12, 13, 14]);
+        assert_eq!(loaded.base(), Seq(10));
+        assert_eq!(loaded.checks().get(&Seq(13)), Some(&true));
+    }
+
+    fn result(call_id: &str, tool: &str, content: &str) -> EventKind {
+        EventKind::ToolResult {
+            call_id: call_id.into(),
+            attempt_id: None,
+            tool: tool.to_owned(),
+            outcome: keel_contracts::Outcome::Ok,
+            content: content.to_owned(),
+            bytes: content.len() as u64,
+            raw: None,
+        }
+    }
+
+    /// A result a compaction covered is found in the store by its call id, alone; one whose
+    /// latest result with that id is `read_tool_result`'s own is looked for in the session.
+    #[tokio::test]
+    async fn a_covered_result_is_read_from_the_store_by_its_call_id() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let session_id = SessionId(uuid::Uuid::from_u128(9));
+        let mut ledger = Ledger::new_session(
+            session_id,
+            store,
+            Arc::new(FakeClock::new()),
+            Arc::new(crate::NoopObserver),
+        );
+        let created = serde_json::json!({
+            "kind": "session_created", "workspace": "/w", "model": "m",
+            "envelope": keel_contracts::Envelope::executor(), "mode": "live",
+        });
+        ledger.append(None, None, serde_json::from_value(created).unwrap()).await.unwrap();
+        ledger.append(None, None, result("old", "read_file", "old body")).await.unwrap();
+        ledger.append(None, None, result("twice", "read_file", "first")).await.unwrap();
+        ledger.append(None, None, result("twice", READ, "paged")).await.unwrap();
+        let digest = crate::context::digest_of(ledger.events());
+        ledger.append(None, None, compaction(None, 4, digest)).await.unwrap();
+        assert_eq!(held(&ledger), [1, 5]);
+        let found = ledger.last_tool_result("old").await.unwrap().unwrap();
+        assert_eq!(found.iter().map(|event| event.seq.0).collect::<Vec<_>>(), [2]);
+        let whole = ledger.last_tool_result("twice").await.unwrap().unwrap();
+        assert_eq!(whole.len(), 5, "the session, read from the store");
+        assert!(ledger.last_tool_result("never").await.unwrap().is_none());
+    }
+
+    /// The held events grow by a quarter, not by doubling.
+    #[tokio::test]
+    async fn the_held_events_grow_by_a_quarter() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let mut ledger = Ledger::new_session(
+            SessionId(uuid::Uuid::from_u128(8)),
+            store,
+            Arc::new(FakeClock::new()),
+            Arc::new(crate::NoopObserver),
+        );
+        for step in 0..1000 {
+            ledger.stage(None, None, requested(step));
+            let (len, capacity) = (ledger.events.len(), ledger.events.capacity());
+            assert!(
+                capacity <= len + (len / 4).max(GROWTH_MIN),
+                "{len} events, room for {capacity}"
+            );
+        }
     }
 }

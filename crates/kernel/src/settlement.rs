@@ -1019,13 +1019,13 @@ impl<'a> CallState<'a> {
             // Results covered by a compaction before the events held in memory are paged
             // from the store.
             let handle = tool_call.arguments.get("handle").and_then(|h| h.as_str());
-            let output =
-                if handle.is_some_and(|h| crate::intrinsic::holds_result(ledger.events(), h)) {
-                    read_tool_result(ledger.events(), &tool_call.arguments)
-                } else {
-                    let history = ledger.history_from(keel_contracts::Seq(1)).await?;
-                    read_tool_result(&history, &tool_call.arguments)
-                };
+            let output = match handle {
+                Some(handle) if !crate::intrinsic::holds_result(ledger.events(), handle) => {
+                    let found = ledger.last_tool_result(handle).await?;
+                    read_tool_result(found.as_deref().unwrap_or_default(), &tool_call.arguments)
+                }
+                _ => read_tool_result(ledger.events(), &tool_call.arguments),
+            };
             return call.output(ledger, Some(attempt_id), output).await;
         }
         if spec.intrinsic && name == crate::codemode::RUN_CODE {

@@ -352,6 +352,34 @@ impl Store for PgStore {
         row.map(|row| decode_event(session_id, &row)).transpose()
     }
 
+    /// Through the partial index on the results' call ids (`events_by_result_call`): one
+    /// record is read.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgStore::read`], for that record.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn last_tool_result(
+        &self,
+        session_id: SessionId,
+        call_id: &keel_contracts::ToolCallId,
+    ) -> Result<Option<RuntimeEvent>, ReadError> {
+        let key = record::result_call_key(call_id);
+        let client = self.pool.get().await.map_err(read_backend)?;
+        let select = client
+            .prepare_cached(
+                "SELECT seq, body FROM keel.events
+                 WHERE session_id = $1 AND call_id = $2 ORDER BY seq DESC LIMIT 1",
+            )
+            .await
+            .map_err(read_backend)?;
+        let row = client.query_opt(&select, &[&session_id.0, &key]).await.map_err(read_backend)?;
+        row.map(|row| decode_event(session_id, &row)).transpose()
+    }
+
     /// Every session, newest `created_at` first (ties: larger id first).
     ///
     /// # Errors
@@ -570,6 +598,7 @@ async fn append_batch(
     let mut timestamps = Vec::with_capacity(new_rows.len());
     let mut kinds = Vec::with_capacity(new_rows.len());
     let mut bodies = Vec::with_capacity(new_rows.len());
+    let mut call_ids = Vec::with_capacity(new_rows.len());
     for row in new_rows {
         let event = &row.event;
         seqs.push(row.seq);
@@ -578,20 +607,25 @@ async fn append_batch(
         timestamps.push(timestamp(event.ts));
         kinds.push(event.kind);
         bodies.push(row.body.as_str());
+        call_ids.push(event.result_call_key.as_deref());
         summary::apply(&mut summary, event);
     }
     let insert = tx
         .prepare_cached(
-            "INSERT INTO keel.events (session_id, seq, turn_id, run_id, ts, kind, body)
-             SELECT $1, new.seq, new.turn_id, new.run_id, new.ts, new.kind, new.body
-             FROM unnest($2::bigint[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[])
-                 AS new (seq, turn_id, run_id, ts, kind, body)",
+            "INSERT INTO keel.events (session_id, seq, turn_id, run_id, ts, kind, body, call_id)
+             SELECT $1, new.seq, new.turn_id, new.run_id, new.ts, new.kind, new.body, new.call_id
+             FROM unnest($2::bigint[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[],
+                         $8::text[])
+                 AS new (seq, turn_id, run_id, ts, kind, body, call_id)",
         )
         .await
         .map_err(append_backend)?;
-    tx.execute(&insert, &[&session, &seqs, &turn_ids, &run_ids, &timestamps, &kinds, &bodies])
-        .await
-        .map_err(append_backend)?;
+    tx.execute(
+        &insert,
+        &[&session, &seqs, &turn_ids, &run_ids, &timestamps, &kinds, &bodies, &call_ids],
+    )
+    .await
+    .map_err(append_backend)?;
     store_summary(&tx, &summary).await?;
     tx.commit().await.map_err(append_backend)
 }

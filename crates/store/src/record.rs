@@ -73,6 +73,8 @@ pub(crate) struct EventHead {
     /// [`keel_contracts::EventKind::name`].
     pub(crate) kind: &'static str,
     pub(crate) fold: crate::summary::Fold,
+    /// A `tool_result`'s call id as JSON text ([`result_call_key`]), `None` for other kinds.
+    pub(crate) result_call_key: Option<String>,
 }
 
 impl EventHead {
@@ -85,8 +87,21 @@ impl EventHead {
             ts: event.ts,
             kind: event.kind.name(),
             fold: crate::summary::Fold::of(&event.kind),
+            result_call_key: match &event.kind {
+                keel_contracts::EventKind::ToolResult { call_id, .. } => {
+                    Some(result_call_key(call_id))
+                }
+                _ => None,
+            },
         }
     }
+}
+
+/// How a database keys a `tool_result` by its call id: the id as JSON text (serde_json's
+/// string, quotes and escapes included), so an id with a NUL is still plain text.
+pub(crate) fn result_call_key(call_id: &keel_contracts::ToolCallId) -> String {
+    // Serializing a string cannot fail.
+    serde_json::to_string(call_id.as_str()).unwrap_or_default()
 }
 
 /// Decodes the stored body of `session_id`'s event at `seq`.

@@ -610,6 +610,35 @@ impl Store for SqliteStore {
         .await
     }
 
+    /// Through the partial index on the results' call ids (`events_by_result_call`): one
+    /// record is read.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::read`], for that record.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only; dropping the future changes nothing.
+    async fn last_tool_result(
+        &self,
+        session_id: SessionId,
+        call_id: &keel_contracts::ToolCallId,
+    ) -> Result<Option<RuntimeEvent>, ReadError> {
+        let call_id = call_id.as_str().to_owned();
+        self.reading(read_backend, move |connection| {
+            let sql = format!(
+                "SELECT seq, body FROM events INDEXED BY events_by_result_call
+                 WHERE session_id = ?1 AND kind = 'tool_result' AND {} = ?2
+                 ORDER BY seq DESC LIMIT 1",
+                schema::RESULT_CALL_ID
+            );
+            select_events(connection, session_id, &sql, &[&session_id.to_string(), &call_id])
+                .map(|mut events| events.pop())
+        })
+        .await
+    }
+
     /// Every session, newest `created_at` first (ties: larger id first).
     ///
     /// # Errors

@@ -48,7 +48,8 @@
 //!   with whitespace collapsed, cut to 80 characters ending in `…`. The row carries the
 //!   session's usage totals: every `model_response` folded with `UsageTotals::add`.
 //! - `read_kinds` returns exactly the events of the given kinds up to the bound, in seq
-//!   order; `last_of_kind` the latest of one kind.
+//!   order; `last_of_kind` the latest of one kind; `last_tool_result` the latest
+//!   `tool_result` of the session for exactly that call id.
 //! - A session prefix is case-insensitive hex with optional dashes; an empty or non-hex
 //!   prefix matches nothing.
 //! - A cancel request is taken exactly once; requesting twice before a take is one request.
@@ -119,6 +120,7 @@ pub async fn run_all<F: StoreFactory>(factory: &F) {
         append::a_failing_batch_writes_nothing,
         read::read_returns_events_after_the_bound,
         read::reads_by_kind_select_exactly_those_events,
+        read::tool_results_are_found_by_call_id,
         sessions::sessions_list_newest_first_with_status_and_title,
         sessions::title_is_collapsed_and_truncated,
         sessions::sealing_is_final,

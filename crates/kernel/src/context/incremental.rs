@@ -132,6 +132,8 @@ pub struct IncrementalContext {
     built: Option<Built>,
     /// Digest checks of compactions by seq (see [`super::active_compaction`]).
     verified: BTreeMap<Seq, bool>,
+    /// Checks made by whoever holds the events ([`IncrementalContext::trust`]).
+    trusted: BTreeMap<Seq, bool>,
     projector: Option<Projector>,
     /// The carried note (0 or 1 slots), then the projector's committed entries, then its
     /// provisional ones.
@@ -203,6 +205,17 @@ impl IncrementalContext {
         }
     }
 
+    /// Takes `checks` (digest checks of compactions by seq, made by the holder of the
+    /// events while the events they cover were held) as this cache's own, also after a
+    /// rebuild: a ledger that holds only what the projection needs no longer holds what its
+    /// active compaction covers, so that compaction cannot be checked again here.
+    pub fn trust(&mut self, checks: &BTreeMap<Seq, bool>) {
+        if self.trusted != *checks {
+            self.trusted.clone_from(checks);
+        }
+        self.verified.extend(checks.iter().map(|(seq, ok)| (*seq, *ok)));
+    }
+
     /// Brings the slots up to date with `events`.
     fn update(&mut self, events: &[RuntimeEvent], inline_limit: usize, counter: &dyn TokenCounter) {
         let Some(built) = &self.built else { return self.rebuild(events, inline_limit, counter) };
@@ -249,6 +262,7 @@ impl IncrementalContext {
             // Digest checks hold for the slice they were made on (a compaction whose covered
             // events are not in the slice does not verify).
             self.verified.clear();
+            self.verified.extend(self.trusted.iter().map(|(seq, ok)| (*seq, *ok)));
         }
         let (note, start) = super::retained_start(events, &mut self.verified);
         let mut projector = Projector::new(Some(inline_limit));

@@ -92,10 +92,25 @@ const MIGRATIONS: &[&str] = &[
         received_at_ms bigint NOT NULL
     );
     "#,
+    // 5: tool results by call id (issue #13), so the kernel's check that a new call's id
+    // is not taken, and paging a result memory no longer holds, are one indexed lookup.
+    // `call_id` is the id as JSON text (`record::result_call_key`), set by the append for
+    // `tool_result` rows only; rows written before are filled by `backfill_call_ids`. (An
+    // index on an expression over the body cannot be: `->` on `json` fails on a body with
+    // `\u0000`, and `jsonb` refuses it.)
+    r#"
+    ALTER TABLE keel.events ADD COLUMN call_id text;
+    CREATE INDEX events_by_result_call ON keel.events (session_id, call_id)
+        WHERE call_id IS NOT NULL;
+    "#,
 ];
 
 /// The version whose migration added `keel.sessions.usage`, which [`backfill_usage`] fills.
 const USAGE_VERSION: usize = 3;
+
+/// The version whose migration added `keel.events.call_id`, which [`backfill_call_ids`]
+/// fills.
+const CALL_ID_VERSION: usize = 5;
 
 /// The schema version this build writes: the number of migrations.
 pub(crate) const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -148,10 +163,39 @@ pub(crate) async fn migrate(client: &mut Client) -> Result<Migration, tokio_post
     if applied < USAGE_VERSION {
         backfill_usage(&tx).await?;
     }
+    if applied < CALL_ID_VERSION {
+        backfill_call_ids(&tx).await?;
+    }
     tx.execute("DELETE FROM keel.schema_version", &[]).await?;
     tx.execute("INSERT INTO keel.schema_version (version) VALUES ($1)", &[&LATEST]).await?;
     tx.commit().await?;
     Ok(Migration::Current)
+}
+
+/// Fills `keel.events.call_id` of the `tool_result` rows written before it existed, from
+/// their bodies decoded as an append would have. A body that does not decode keeps `NULL`
+/// (its read still fails as corrupt; it is never skipped).
+async fn backfill_call_ids(tx: &Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    let rows = tx
+        .query("SELECT session_id, seq, body FROM keel.events WHERE kind = 'tool_result'", &[])
+        .await?;
+    let update = tx
+        .prepare("UPDATE keel.events SET call_id = $3 WHERE session_id = $1 AND seq = $2")
+        .await?;
+    for row in rows {
+        let session: uuid::Uuid = row.try_get(0)?;
+        let seq: i64 = row.try_get(1)?;
+        let body: &str = row.try_get(2)?;
+        let decoded = record::decode(
+            SessionId(session),
+            Seq(u64::try_from(seq).unwrap_or(0)),
+            body.as_bytes(),
+        );
+        if let Ok(EventKind::ToolResult { call_id, .. }) = decoded.map(|event| event.kind) {
+            tx.execute(&update, &[&session, &seq, &record::result_call_key(&call_id)]).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Fills `keel.sessions.usage` for sessions written before it existed: their

@@ -96,7 +96,19 @@ const MIGRATIONS: &[&str] = &[
         'permission_settled', 'boundary_revised', 'compaction'
     );
     ",
+    // 6: tool results by call id (issue #13), so the kernel's check that a new call's id
+    // is not taken is one indexed lookup, not a set of every id of the run in memory.
+    // Computed by SQLite from the body on insert (the append path is unchanged); only
+    // `tool_result` rows are in it. See `RESULT_CALL_ID`.
+    "
+    CREATE INDEX events_by_result_call ON events (session_id, json_extract(body, '$.call_id'))
+        WHERE kind = 'tool_result';
+    ",
 ];
+
+/// The indexed expression of `events_by_result_call` (migration 6), spelled as there: SQLite
+/// uses an index on an expression only for a query with the same expression.
+pub(crate) const RESULT_CALL_ID: &str = "json_extract(body, '$.call_id')";
 
 /// The kinds the partial index `events_by_fact_kind` holds (migration 5): the session's
 /// facts and compactions, which a resume reads by kind. Reads of other kinds are answered

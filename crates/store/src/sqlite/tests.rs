@@ -373,7 +373,7 @@ async fn migrating_a_version_2_file_backfills_usage_once() {
         let connection = Connection::open(&path).unwrap();
         connection
             .execute_batch(
-                "DROP INDEX events_by_fact_kind;
+                "DROP INDEX events_by_fact_kind; DROP INDEX events_by_result_call;
                  DROP TABLE schedules; DROP TABLE schedule_fires; DROP TABLE wakes;
                  ALTER TABLE sessions DROP COLUMN usage;
                  UPDATE schema_version SET version = 2;

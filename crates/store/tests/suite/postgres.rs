@@ -277,8 +277,27 @@ async fn migrating_a_version_2_database_backfills_usage_once() {
         .unwrap();
         event(session_id, seq, kind)
     };
+    // A result with a NUL in its id and its body, whose call id the migration fills in.
+    let result = event(
+        good,
+        4,
+        EventKind::ToolResult {
+            call_id: "call \u{0} 1".into(),
+            attempt_id: None,
+            tool: "read_file".to_owned(),
+            outcome: keel_contracts::Outcome::Ok,
+            content: "nul \u{0} here".to_owned(),
+            bytes: 12,
+            raw: None,
+        },
+    );
     store
-        .append(&[created(good, "/w/good"), response(good, 2, 0.5), response(good, 3, 0.25)])
+        .append(&[
+            created(good, "/w/good"),
+            response(good, 2, 0.5),
+            response(good, 3, 0.25),
+            result.clone(),
+        ])
         .await
         .unwrap();
     store.append(&[created(damaged, "/w/damaged"), response(damaged, 2, 1.0)]).await.unwrap();
@@ -286,7 +305,7 @@ async fn migrating_a_version_2_database_backfills_usage_once() {
     raw_client(&database)
         .await
         .batch_execute(
-            "DROP INDEX keel.events_by_kind;
+            "DROP INDEX keel.events_by_kind; ALTER TABLE keel.events DROP COLUMN call_id;
              DROP TABLE keel.schedules; DROP TABLE keel.schedule_fires; DROP TABLE keel.wakes;
              ALTER TABLE keel.sessions DROP COLUMN usage;
              UPDATE keel.schema_version SET version = 2;
@@ -305,6 +324,9 @@ async fn migrating_a_version_2_database_backfills_usage_once() {
         store.read(damaged, Seq(0)).await,
         Err(keel_contracts::ReadError::Corrupt { .. })
     ));
+    // Schema 5's call ids were filled in for the results written before it.
+    let found = store.last_tool_result(good, &"call \u{0} 1".into()).await.unwrap();
+    assert_eq!(found, Some(result));
 }
 
 /// Every error in `error`'s chain, one per line.

@@ -1,6 +1,6 @@
 //! Reading: the `after` bound and round-tripping.
 
-use keel_contracts::{EventKind, Outcome, Seq};
+use keel_contracts::{EventKind, Outcome, Seq, ToolCallId};
 
 use super::{Events, StoreFactory, must, session};
 
@@ -74,4 +74,77 @@ pub(super) async fn reads_by_kind_select_exactly_those_events<F: StoreFactory>(f
         must(store.last_of_kind(s2, "model_requested").await, "other session").map(|e| e.seq),
         Some(Seq(3))
     );
+}
+
+/// `last_tool_result` finds the latest `tool_result` of the session for exactly that call
+/// id: not a call id only proposed (in a `model_response`), not another session's, not a
+/// prefix; ids with quotes, backslashes, non-ASCII and NUL are found as written.
+pub(super) async fn tool_results_are_found_by_call_id<F: StoreFactory>(factory: &F) {
+    let ledger = factory.create().await;
+    let store = factory.open(&ledger).await;
+    let events = Events::new();
+    let (s1, s2) = (session(1), session(2));
+    let result = |seq: u64, session_id, call_id: &str| {
+        events.event(
+            session_id,
+            seq,
+            EventKind::ToolResult {
+                call_id: call_id.into(),
+                attempt_id: None,
+                tool: "read_file".to_owned(),
+                outcome: Outcome::Ok,
+                content: "body with a \u{0} and \"quotes\"".to_owned(),
+                bytes: 28,
+                raw: None,
+            },
+        )
+    };
+    let odd = "call \"q\" \\ ünï \u{0} ✓";
+    let mut chain = events.chain(s1, 2);
+    chain.push(events.event(
+        s1,
+        3,
+        EventKind::ModelResponse {
+            text: String::new(),
+            reasoning: Vec::new(),
+            tool_calls: vec![keel_contracts::ToolCall {
+                call_id: "proposed".into(),
+                name: "read_file".into(),
+                arguments: serde_json::json!({"path": "a"}),
+                arguments_error: None,
+            }],
+            usage: keel_contracts::Usage::default(),
+            raw_usage: None,
+            finish_reason: keel_contracts::FinishReason::ToolCalls,
+            cost_usd: None,
+            estimated_usage: None,
+            purpose: keel_contracts::RequestPurpose::Conversation,
+        },
+    ));
+    chain.push(result(4, s1, "call_1"));
+    chain.push(result(5, s1, odd));
+    chain.push(result(6, s1, "call_1"));
+    must(store.append(&chain).await, "append s1");
+    let mut other = events.chain(s2, 1);
+    other.push(result(2, s2, "only_in_s2"));
+    must(store.append(&other).await, "append s2");
+
+    let last = |session_id, id: &str| {
+        let store = store.clone();
+        let id = ToolCallId::from(id);
+        async move { must(store.last_tool_result(session_id, &id).await, "last_tool_result") }
+    };
+    let has = |session_id, id: &'static str| {
+        let found = last(session_id, id);
+        async move { found.await.is_some() }
+    };
+    // The latest of two results with one id, whole.
+    assert_eq!(last(s1, "call_1").await.as_ref(), chain.get(5));
+    assert_eq!(last(s1, odd).await.as_ref(), chain.get(4));
+    assert!(!has(s1, "proposed").await, "a proposed call without a result");
+    assert!(!has(s1, "call_").await, "a prefix");
+    assert!(!has(s1, "call_12").await);
+    assert!(!has(s1, "only_in_s2").await, "another session's result");
+    assert!(has(s2, "only_in_s2").await);
+    assert!(!has(session(3), "call_1").await, "an unknown session");
 }
