@@ -38,6 +38,12 @@ fn usage_errors_exit_2_with_a_message() {
         (&["run", "-C", ws, "-m", "scripted:x", "--max-time", "0s", "t"], "give a positive time"),
         // A duration needs its unit: is `10` seconds or minutes?
         (&["run", "-C", ws, "-m", "scripted:x", "--max-time", "10", "t"], "with its unit"),
+        // Beyond 100 years: refused where parsed, never an overflowing deadline.
+        (
+            &["run", "-C", ws, "-m", "scripted:x", "--max-time", "9223372036854775807s", "t"],
+            "at most 876000h",
+        ),
+        (&["wake", "0", "--max-time", "9300000000000000000s"], "at most 876000h"),
         // Missing key, empty model name, unknown provider: usage errors before a session.
         (&["run", "-C", ws, "-m", "openai:gpt-4o", "t"], "OPENAI_API_KEY is not set"),
         (
