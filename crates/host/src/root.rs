@@ -106,8 +106,9 @@ pub async fn open_stores()
 
 /// [`open_store`] for commands that only read (`keel sessions`, `keel log`): an existing,
 /// current embedded ledger is opened read-only, so the command writes and fsyncs nothing;
-/// otherwise (no ledger yet, an older schema, PostgreSQL) it is opened as [`open_store`]
-/// opens it.
+/// with no ledger file at all, an empty in-memory ledger stands in (no sessions, and
+/// nothing is created on disk); otherwise (an older schema, PostgreSQL) it is opened as
+/// [`open_store`] opens it.
 ///
 /// # Errors
 ///
@@ -116,6 +117,10 @@ pub async fn open_store_for_reading() -> anyhow::Result<(PathBuf, Arc<dyn Store>
     if database_url()?.is_none() {
         let home = config::keel_home()?;
         let path = keel_store::default_path(&home);
+        if !path.try_exists().unwrap_or(true) {
+            let empty = SqliteStore::open_in_memory().context("cannot open an empty ledger")?;
+            return Ok((home, Arc::new(empty)));
+        }
         let store = SqliteStore::open_read_only(&path)
             .with_context(|| format!("cannot open the ledger at {}", path.display()))?;
         if let Some(store) = store {

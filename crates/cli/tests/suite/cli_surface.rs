@@ -924,3 +924,37 @@ fn a_killed_runs_leftovers_stay_out_of_the_next_unrelated_run() {
         assert!(log.contains("\"run_failed\""), "{log}");
     }
 }
+
+/// With no ledger yet, the read-only commands say so and create nothing under KEEL_HOME
+/// (no keel.sqlite, no -wal); the neighbour: after a run, the same listing shows it.
+#[test]
+fn sessions_and_log_without_a_ledger_create_nothing() {
+    let env = Env::new();
+    let listing = |env: &Env| {
+        std::fs::read_dir(env.home.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("keel.sqlite"))
+            .collect::<Vec<_>>()
+    };
+    let sessions = env.run(&["sessions"]);
+    assert_eq!(sessions.status.code(), Some(0), "{}", stderr(&sessions));
+    assert!(stderr(&sessions).contains("no sessions yet"), "{}", stderr(&sessions));
+    let json = env.run(&["sessions", "--json"]);
+    assert_eq!((json.status.code(), stdout(&json)), (Some(0), String::new()));
+    let log = env.run(&["log", "zzzz"]);
+    assert_eq!(log.status.code(), Some(2), "{}", stderr(&log));
+    assert!(stderr(&log).contains("no session matches 'zzzz'"), "{}", stderr(&log));
+    let last = env.run(&["log", "--last"]);
+    assert_eq!(last.status.code(), Some(2), "{}", stderr(&last));
+    assert!(stderr(&last).contains("there are no sessions yet"), "{}", stderr(&last));
+    assert_eq!(listing(&env), Vec::<String>::new(), "nothing was created");
+    let ws = env.workspace();
+    let model = format!("scripted:{}", env.write_script("d.json", DONE_SCRIPT).display());
+    let run = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "-q", "t"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let json = env.run(&["sessions", "--json"]);
+    assert_eq!(stdout(&json).lines().count(), 1, "{}", stdout(&json));
+}
+
+const DONE_SCRIPT: &str = r#"{"steps":[{"text":"done"}]}"#;
