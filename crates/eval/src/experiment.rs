@@ -390,6 +390,12 @@ pub fn slug(name: &str) -> String {
     if clean.is_empty() { digest } else { format!("{clean}-{digest}") }
 }
 
+/// `text` (a task or subject name, a path, a reason) as one line with every control
+/// character visible, as `keel log` shows outside text: newlines as `⏎`, escapes as `\x1b`.
+pub(crate) fn shown(text: &str) -> String {
+    keel_host::terminal::one_line(text, usize::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,10 +413,4 @@ mod tests {
         }
         assert_ne!(slug("a/b"), slug("a_b"));
     }
-}
-
-/// `text` (a task or subject name, a path, a reason) as one line with every control
-/// character visible, as `keel log` shows outside text: newlines as `⏎`, escapes as `\x1b`.
-pub(crate) fn shown(text: &str) -> String {
-    keel_host::terminal::one_line(text, usize::MAX)
 }
