@@ -958,3 +958,58 @@ fn sessions_and_log_without_a_ledger_create_nothing() {
 }
 
 const DONE_SCRIPT: &str = r#"{"steps":[{"text":"done"}]}"#;
+
+/// A live run that is stopped (SIGSTOP, or starved) past its lease is still running: its
+/// holder names this machine and a live pid. `keel sessions` says `running` and `keel
+/// stop` asks it to cancel; once continued, the run ends cancelled. (The lapse is made by
+/// moving the lease's expiry into the past while the process is stopped, as 30 s of
+/// SIGSTOP would.)
+#[test]
+fn a_stopped_run_whose_lease_lapsed_is_running_and_keel_stop_cancels_it() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(&env, LONG_COMMAND);
+    let mut child = env
+        .keel()
+        .args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto"])
+        .args(["--sandbox", "bypass", "t"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let session = wait_for_prepared(&env);
+    let pid = child.id().to_string();
+    let signal = |name: &str| {
+        let sent = std::process::Command::new("kill").arg(name).arg(&pid).status();
+        assert!(sent.unwrap().success(), "kill {name}");
+    };
+    signal("-STOP");
+    {
+        let db = rusqlite::Connection::open(env.home.path().join("keel.sqlite")).unwrap();
+        db.busy_timeout(Duration::from_secs(5)).unwrap();
+        let changed = db.execute("UPDATE leases SET expires_at_ms = 0", []).unwrap();
+        assert_eq!(changed, 1);
+    }
+    let listed = stdout(&env.run(&["sessions", "--json"]));
+    let row: serde_json::Value = serde_json::from_str(listed.trim()).unwrap();
+    assert_eq!(row["state"], "running", "{row}");
+    let stop = env.run(&["stop", &session]);
+    assert_eq!(stop.status.code(), Some(0), "{}", stderr(&stop));
+    assert!(stderr(&stop).contains("stop requested"), "{}", stderr(&stop));
+    signal("-CONT");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the continued run did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!status.success(), "{status:?}");
+    assert!(!ws.join("late.txt").exists(), "the cancelled command did not finish");
+    let listed = stdout(&env.run(&["sessions", "--json"]));
+    assert_ne!(
+        serde_json::from_str::<serde_json::Value>(listed.trim()).unwrap()["state"],
+        "running"
+    );
+}
