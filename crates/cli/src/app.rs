@@ -412,6 +412,10 @@ async fn resume(
 /// the session's lease lets only one do it.
 async fn wake(wake_id: &str, payload: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     let started_at = keel_contracts::Clock::now(&SystemClock);
+    // Checked before the wake is claimed: a bad flag must not use the wake up.
+    if let Some(text) = &options.max_time {
+        root::parse_max_time("--max-time", text)?;
+    }
     let (home, store, schedules) = root::open_stores().await?;
     let session_id = keel_kernel::wake_session(wake_id)
         .ok_or_else(|| usage(format!("{wake_id:?} is not a wake id (wake_…)")))?;

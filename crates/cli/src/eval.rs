@@ -27,14 +27,14 @@ pub(crate) async fn command(
             record.reward.map_or_else(|| "no reward".to_owned(), |r| format!("reward {r}"));
         eprintln!(
             "keel eval: {} · {} · #{} → {} ({reward}){}",
-            crate::terminal::neutralize(&record.task),
-            crate::terminal::neutralize(&record.subject),
+            crate::terminal::one_line(&record.task, usize::MAX),
+            crate::terminal::one_line(&record.subject, usize::MAX),
             record.repetition,
             record.class.as_str(),
             record
                 .reason
                 .as_deref()
-                .map(|reason| format!(": {}", crate::terminal::neutralize(reason)))
+                .map(|reason| format!(": {}", crate::terminal::one_line(reason, usize::MAX)))
                 .unwrap_or_default()
         );
     });

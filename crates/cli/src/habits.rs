@@ -248,9 +248,11 @@ async fn shown_state(store: &Arc<dyn Store>, session: &SessionSummary) -> &'stat
 }
 
 /// Why nobody drives the session's open run, when that is known: no process holds its
-/// lease (never taken, released, or lapsed unrenewed), or its holder's process is gone
-/// (killed, crashed). `None` when a live process (or one on another machine, or a store
-/// without leases) may still hold it.
+/// lease (never taken, released, or lapsed unrenewed by a holder whose liveness is
+/// unknown), or its holder's process is gone (killed, crashed). `None` when a live process
+/// (or one on another machine, or a store without leases) may still hold it: a holder
+/// named on this machine whose process is alive still drives the run even when its lease
+/// lapsed (stopped with SIGSTOP, or starved), so it is running and `keel stop` cancels it.
 ///
 /// Reads the lease row only (`Store::current_lease`): nothing is written.
 async fn gone_holder(store: &Arc<dyn Store>, session_id: SessionId) -> Option<String> {
@@ -258,11 +260,13 @@ async fn gone_holder(store: &Arc<dyn Store>, session_id: SessionId) -> Option<St
     let now = keel_contracts::Clock::now(&keel_contracts::SystemClock);
     match store.current_lease(session_id).await {
         Ok(None) => Some("no process holds its lease".to_owned()),
-        Ok(Some(lease)) if lease.expires_at <= now => Some("no process holds its lease".to_owned()),
-        Ok(Some(lease)) if keel_host::root::LocalProcesses.alive(&lease.holder) == Some(false) => {
-            Some(format!("the process that ran it ({}) is gone", lease.holder))
-        }
-        Ok(Some(_)) | Err(_) => None,
+        Ok(Some(lease)) => match keel_host::root::LocalProcesses.alive(&lease.holder) {
+            Some(true) => None,
+            Some(false) => Some(format!("the process that ran it ({}) is gone", lease.holder)),
+            None if lease.expires_at <= now => Some("no process holds its lease".to_owned()),
+            None => None,
+        },
+        Err(_) => None,
     }
 }
 

@@ -241,7 +241,14 @@ fn checked(
         });
         match loaded {
             Ok(task) => tasks.push((name.clone(), task)),
-            Err(error) => problems.push(format!("task {name} ({}): {error}", dir.display())),
+            // A folder name is the dataset's (a hostile repository's): one line each, so no
+            // name can forge a problem or a progress line of its own.
+            Err(error) => problems.push(format!(
+                "task {} ({}): {}",
+                shown(name),
+                shown(&dir.display().to_string()),
+                shown(&error.to_string())
+            )),
         }
     }
     let attempt_context =
@@ -250,7 +257,7 @@ fn checked(
         if let Subject::Model(model) = Subject::parse(subject)
             && let Err(reason) = attempt::check_subject(&attempt_context, &model)
         {
-            problems.push(format!("subject {subject}: {reason}"));
+            problems.push(format!("subject {}: {}", shown(subject), shown(&reason)));
         }
     }
     if problems.is_empty() {
@@ -381,6 +388,12 @@ pub fn slug(name: &str) -> String {
         .collect();
     let digest = hex::encode(&sha2::Sha256::digest(name.as_bytes())[..4]);
     if clean.is_empty() { digest } else { format!("{clean}-{digest}") }
+}
+
+/// `text` (a task or subject name, a path, a reason) as one line with every control
+/// character visible, as `keel log` shows outside text: newlines as `⏎`, escapes as `\x1b`.
+pub(crate) fn shown(text: &str) -> String {
+    keel_host::terminal::one_line(text, usize::MAX)
 }
 
 #[cfg(test)]

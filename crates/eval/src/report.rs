@@ -190,11 +190,12 @@ pub fn markdown(rows: &[Row], interrupted: usize, missing: usize) -> String {
 }
 
 fn escape_md(text: &str) -> String {
-    text.replace('|', "\\|").replace(['\n', '\r'], " ")
+    crate::experiment::shown(text).replace('|', "\\|")
 }
 
 fn escape_html(text: &str) -> String {
-    text.replace('&', "&amp;")
+    crate::experiment::shown(text)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")

@@ -106,8 +106,9 @@ pub async fn open_stores()
 
 /// [`open_store`] for commands that only read (`keel sessions`, `keel log`): an existing,
 /// current embedded ledger is opened read-only, so the command writes and fsyncs nothing;
-/// otherwise (no ledger yet, an older schema, PostgreSQL) it is opened as [`open_store`]
-/// opens it.
+/// with no ledger file at all, an empty in-memory ledger stands in (no sessions, and
+/// nothing is created on disk); otherwise (an older schema, PostgreSQL) it is opened as
+/// [`open_store`] opens it.
 ///
 /// # Errors
 ///
@@ -116,6 +117,10 @@ pub async fn open_store_for_reading() -> anyhow::Result<(PathBuf, Arc<dyn Store>
     if database_url()?.is_none() {
         let home = config::keel_home()?;
         let path = keel_store::default_path(&home);
+        if !path.try_exists().unwrap_or(true) {
+            let empty = SqliteStore::open_in_memory().context("cannot open an empty ledger")?;
+            return Ok((home, Arc::new(empty)));
+        }
         let store = SqliteStore::open_read_only(&path)
             .with_context(|| format!("cannot open the ledger at {}", path.display()))?;
         if let Some(store) = store {
@@ -314,12 +319,13 @@ pub fn resolve(
     }
 
     let max_time = match options.max_time.as_deref().or(config.max_time.as_deref()) {
-        Some(text) => Some(parse_duration(text).ok_or_else(|| {
-            usage(format!(
-                "invalid duration '{text}': give a positive time with its unit, such as \
-                 500ms, 90s, 10m or 2h"
-            ))
-        })?),
+        Some(text) => {
+            let field = match options.max_time {
+                Some(_) => options.name("--max-time", "\"max_time\""),
+                None => "max_time in config.toml",
+            };
+            Some(parse_max_time(field, text)?)
+        }
         None => None,
     };
     if options.max_steps.or(config.max_steps) == Some(0) {
@@ -528,8 +534,30 @@ fn endpoint(
     (base_url, recorded_base_url)
 }
 
+/// The longest duration keel accepts anywhere a person or a file gives one (`--max-time`,
+/// `max_time`, `--catch-up`, `--every`, timeouts): 100 years (876000h). Every deadline is
+/// then representable as an `Instant`, a `SystemTime` and a chrono time, so adding one to
+/// now never overflows; longer values are refused where they are parsed.
+pub const MAX_DURATION: Duration = Duration::from_secs(876_000 * 3600);
+
+/// A `--max-time` / `max_time` value, as [`parse_duration`] reads it; `field` names where
+/// it came from (`--max-time`, `"max_time"`).
+///
+/// # Errors
+///
+/// A [`usage`] error naming the value, its field and the accepted range.
+pub fn parse_max_time(field: &str, text: &str) -> anyhow::Result<Duration> {
+    parse_duration(text).ok_or_else(|| {
+        usage(format!(
+            "invalid duration '{text}' ({field}): give a positive time with its unit, such as \
+             500ms, 90s, 10m or 2h, at most 876000h (100 years)"
+        ))
+    })
+}
+
 /// `500ms`, `90s`, `10m`, `2h`: a positive number and its unit (a bare number is refused,
-/// so `--max-time 10` cannot mean ten seconds to one reader and ten minutes to another).
+/// so `--max-time 10` cannot mean ten seconds to one reader and ten minutes to another),
+/// at most [`MAX_DURATION`]; `None` for anything else.
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
@@ -547,6 +575,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     (seconds.is_finite() && seconds > 0.0)
         .then(|| Duration::try_from_secs_f64(seconds).ok())
         .flatten()
+        .filter(|duration| *duration <= MAX_DURATION)
 }
 
 /// `dir` (else the current directory) made canonical, after repairing what a killed

@@ -172,7 +172,8 @@ pub fn parse_when(
                 .filter(|every| *every >= Duration::from_secs(1))
                 .ok_or_else(|| {
                     usage(format!(
-                        "{every_field} {text:?}: give an interval of at least 1s (90s, 10m, 1h)"
+                        "{every_field} {text:?}: give an interval of at least 1s and at most \
+                         876000h (90s, 10m, 1h)"
                     ))
                 })?;
             Ok(When::Every { every_ms: u64::try_from(every.as_millis()).unwrap_or(u64::MAX) })
@@ -340,10 +341,15 @@ pub fn plan(
     catch_up: Duration,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Plan> {
+    // Total for any stored value (a row written by hand or by an older keel may hold a
+    // window of u64::MAX ms): a window reaching past the earliest representable time is
+    // "since creation", never an overflow.
     let window = TimeDelta::from_std(catch_up).unwrap_or(TimeDelta::MAX);
-    let oldest = now.checked_sub_signed(window).unwrap_or(DateTime::<Utc>::MIN_UTC);
     // A slot at exactly `now - catch_up` is still inside the window.
-    let oldest = oldest - TimeDelta::milliseconds(1);
+    let oldest = now
+        .checked_sub_signed(window)
+        .and_then(|oldest| oldest.checked_sub_signed(TimeDelta::milliseconds(1)))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let after = [Some(created_at), last, Some(oldest)].into_iter().flatten().max().unwrap_or(now);
     let mut due = slots(when, created_at, after, now)?;
     let fire = due.pop();
@@ -582,6 +588,9 @@ impl Scheduler {
 pub fn new_row(spec: &ScheduleSpec, now: DateTime<Utc>) -> anyhow::Result<ScheduleRow> {
     if spec.task.trim().is_empty() {
         return Err(usage("the task is empty"));
+    }
+    if u128::from(spec.catch_up_ms) > crate::root::MAX_DURATION.as_millis() {
+        return Err(usage("the catch-up window is at most 876000h (100 years)"));
     }
     Compiled::of(&spec.when)?;
     Ok(ScheduleRow {

@@ -626,7 +626,9 @@ impl Kernel {
             })
             .unwrap_or_default();
         let started = tokio::time::Instant::now();
-        let deadline = config.budget.max_time.map(|max_time| started + max_time);
+        // A `max_time` whose deadline lies beyond the representable (a library caller's
+        // `Duration::MAX`) is no deadline at all: no clock reaches it, so none is kept.
+        let deadline = config.budget.max_time.and_then(|max_time| started.checked_add(max_time));
         let mut calls = CallState::new(
             &self.deps,
             registry.clone(),

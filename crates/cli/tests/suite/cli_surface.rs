@@ -38,6 +38,12 @@ fn usage_errors_exit_2_with_a_message() {
         (&["run", "-C", ws, "-m", "scripted:x", "--max-time", "0s", "t"], "give a positive time"),
         // A duration needs its unit: is `10` seconds or minutes?
         (&["run", "-C", ws, "-m", "scripted:x", "--max-time", "10", "t"], "with its unit"),
+        // Beyond 100 years: refused where parsed, never an overflowing deadline.
+        (
+            &["run", "-C", ws, "-m", "scripted:x", "--max-time", "9223372036854775807s", "t"],
+            "at most 876000h",
+        ),
+        (&["wake", "0", "--max-time", "9300000000000000000s"], "at most 876000h"),
         // Missing key, empty model name, unknown provider: usage errors before a session.
         (&["run", "-C", ws, "-m", "openai:gpt-4o", "t"], "OPENAI_API_KEY is not set"),
         (
@@ -917,4 +923,93 @@ fn a_killed_runs_leftovers_stay_out_of_the_next_unrelated_run() {
         let log = stdout(&env.run(&["log", id, "--json"]));
         assert!(log.contains("\"run_failed\""), "{log}");
     }
+}
+
+/// With no ledger yet, the read-only commands say so and create nothing under KEEL_HOME
+/// (no keel.sqlite, no -wal); the neighbour: after a run, the same listing shows it.
+#[test]
+fn sessions_and_log_without_a_ledger_create_nothing() {
+    let env = Env::new();
+    let listing = |env: &Env| {
+        std::fs::read_dir(env.home.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("keel.sqlite"))
+            .collect::<Vec<_>>()
+    };
+    let sessions = env.run(&["sessions"]);
+    assert_eq!(sessions.status.code(), Some(0), "{}", stderr(&sessions));
+    assert!(stderr(&sessions).contains("no sessions yet"), "{}", stderr(&sessions));
+    let json = env.run(&["sessions", "--json"]);
+    assert_eq!((json.status.code(), stdout(&json)), (Some(0), String::new()));
+    let log = env.run(&["log", "zzzz"]);
+    assert_eq!(log.status.code(), Some(2), "{}", stderr(&log));
+    assert!(stderr(&log).contains("no session matches 'zzzz'"), "{}", stderr(&log));
+    let last = env.run(&["log", "--last"]);
+    assert_eq!(last.status.code(), Some(2), "{}", stderr(&last));
+    assert!(stderr(&last).contains("there are no sessions yet"), "{}", stderr(&last));
+    assert_eq!(listing(&env), Vec::<String>::new(), "nothing was created");
+    let ws = env.workspace();
+    let model = format!("scripted:{}", env.write_script("d.json", DONE_SCRIPT).display());
+    let run = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "-q", "t"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let json = env.run(&["sessions", "--json"]);
+    assert_eq!(stdout(&json).lines().count(), 1, "{}", stdout(&json));
+}
+
+const DONE_SCRIPT: &str = r#"{"steps":[{"text":"done"}]}"#;
+
+/// A live run that is stopped (SIGSTOP, or starved) past its lease is still running: its
+/// holder names this machine and a live pid. `keel sessions` says `running` and `keel
+/// stop` asks it to cancel; once continued, the run ends cancelled. (The lapse is made by
+/// moving the lease's expiry into the past while the process is stopped, as 30 s of
+/// SIGSTOP would.)
+#[test]
+fn a_stopped_run_whose_lease_lapsed_is_running_and_keel_stop_cancels_it() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let model = scripted(&env, LONG_COMMAND);
+    let mut child = env
+        .keel()
+        .args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto"])
+        .args(["--sandbox", "bypass", "t"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let session = wait_for_prepared(&env);
+    let pid = child.id().to_string();
+    let signal = |name: &str| {
+        let sent = std::process::Command::new("kill").arg(name).arg(&pid).status();
+        assert!(sent.unwrap().success(), "kill {name}");
+    };
+    signal("-STOP");
+    {
+        let db = rusqlite::Connection::open(env.home.path().join("keel.sqlite")).unwrap();
+        db.busy_timeout(Duration::from_secs(5)).unwrap();
+        let changed = db.execute("UPDATE leases SET expires_at_ms = 0", []).unwrap();
+        assert_eq!(changed, 1);
+    }
+    let listed = stdout(&env.run(&["sessions", "--json"]));
+    let row: serde_json::Value = serde_json::from_str(listed.trim()).unwrap();
+    assert_eq!(row["state"], "running", "{row}");
+    let stop = env.run(&["stop", &session]);
+    assert_eq!(stop.status.code(), Some(0), "{}", stderr(&stop));
+    assert!(stderr(&stop).contains("stop requested"), "{}", stderr(&stop));
+    signal("-CONT");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the continued run did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!status.success(), "{status:?}");
+    assert!(!ws.join("late.txt").exists(), "the cancelled command did not finish");
+    let listed = stdout(&env.run(&["sessions", "--json"]));
+    assert_ne!(
+        serde_json::from_str::<serde_json::Value>(listed.trim()).unwrap()["state"],
+        "running"
+    );
 }

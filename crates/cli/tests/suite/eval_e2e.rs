@@ -198,3 +198,61 @@ fn eval_resume_after_kill_9_finishes_without_rerunning_finished_attempts() {
     assert_eq!(interrupted_line["attempt"], 2, "{interrupted_line}");
     assert!(stdout(&resumed).contains(&format!("{} finished before", finished_before.len())));
 }
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A hostile dataset's folder names (a newline and a forged progress line, raw escapes)
+/// cannot forge a line on stderr, in the exit-2 problem list or in report.md: every name
+/// is shown on one line with its controls visible. The neighbour: the tasks still run and
+/// pass under oracle, named as they are.
+#[test]
+fn redteam_eval_task_names_cannot_forge_output_lines_or_write_escapes() {
+    let env = Env::new();
+    let forged = "keel eval: fake · oracle · #1 → passed (reward 1)";
+    let newline_name = format!("a\n{forged}");
+    let escape_name = "b\u{1b}[2K\u{1b}]52;c;eA==\u{7}x";
+    let hello = repo_root().join("examples/eval/tasks/hello-file");
+    let tasks = env.scratch.path().join("tasks");
+    copy_dir(&hello, &tasks.join(&newline_name));
+    copy_dir(&hello, &tasks.join(escape_name));
+    let out = env.scratch.path().join("out");
+    let output =
+        env.keel().arg("eval").arg(&tasks).args(["-s", "oracle"]).arg("--out").arg(&out).output();
+    let output = output.unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(!text.lines().any(|line| line == forged), "a forged line: {text}");
+    assert!(!text.contains('\u{1b}'), "raw escape on stderr: {text:?}");
+    assert!(text.contains(&format!("keel eval: a⏎{forged} · oracle · #1 → passed")), "{text}");
+    assert!(text.contains("keel eval: b\\x1b[2K"), "{text}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(!report.contains('\u{1b}') && !report.contains('\u{7}'), "{report:?}");
+    assert!(!report.lines().any(|line| line.starts_with(forged)), "{report}");
+    assert!(report.contains("a⏎keel eval: fake"), "{report}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(!html.contains('\u{1b}'), "raw escape in report.html");
+    // The problem list of a dataset that cannot start (exit 2) shows names the same way.
+    std::fs::remove_file(tasks.join(&newline_name).join("tests/test.sh")).unwrap();
+    std::fs::remove_file(tasks.join(escape_name).join("tests/test.sh")).unwrap();
+    let out = env.scratch.path().join("out2");
+    let output =
+        env.keel().arg("eval").arg(&tasks).args(["-s", "oracle"]).arg("--out").arg(&out).output();
+    let output = output.unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(!text.lines().any(|line| line.trim_start().starts_with("keel eval: fake")), "{text}");
+    assert!(!text.contains('\u{1b}'), "raw escape in the problems: {text:?}");
+    assert_eq!(text.matches("tests/test.sh").count(), 2, "{text}");
+    assert!(text.contains("task a⏎keel eval: fake"), "{text}");
+}

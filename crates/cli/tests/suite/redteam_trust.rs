@@ -1110,3 +1110,23 @@ fn redteam_trust_config_errors_show_a_repositorys_newlines_escaped() {
     let output = run_in(&env, &ws, &scripted(&env, DONE), &[]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }
+
+/// A hostile repository's `max_time` beyond the representable is refused before any run
+/// (never an overflow panic); the neighbour: a representable one applies and the run ends.
+#[test]
+fn redteam_trust_a_huge_workspace_max_time_is_refused_never_a_panic() {
+    let env = Env::new();
+    let ws = env.workspace();
+    for huge in ["9300000000000000000s", "876001h"] {
+        write_workspace_config(&ws, &format!("max_time = \"{huge}\"\n"));
+        let output = run_in(&env, &ws, &scripted(&env, DONE), &["-q"]);
+        assert_ne!(output.status.code(), Some(101), "{}", stderr(&output));
+        assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+        assert!(stderr(&output).contains(&format!("max_time '{huge}'")), "{}", stderr(&output));
+        assert!(stderr(&output).contains("at most 876000h"), "{}", stderr(&output));
+    }
+    assert_eq!(stdout(&env.run(&["sessions", "--json"])), "", "no run started");
+    write_workspace_config(&ws, "max_time = \"876000h\"\n");
+    let output = run_in(&env, &ws, &scripted(&env, DONE), &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}

@@ -823,6 +823,9 @@ fn bad_schedule_flags_are_usage_errors_that_name_the_flag() {
         (&["--every", "soon"][..], &["--every \"soon\""][..]),
         (&["--cron", "0 9 * *"][..], &["--cron \"0 9 * *\""][..]),
         (&["--cron", "0 9 * * *", "--tz", "Mars/Base"][..], &["--tz \"Mars/Base\""][..]),
+        // Beyond 100 years: refused, never stored to overflow the host's arithmetic.
+        (&["--every", "2s", "--catch-up", "10000000000000s"][..], &["--catch-up"][..]),
+        (&["--every", "10000000000000s"][..], &["--every \"10000000000000s\""][..]),
     ] {
         let output = add(flags);
         assert_eq!(output.status.code(), Some(2), "{flags:?}: {}", stderr(&output));
@@ -962,4 +965,65 @@ async fn schedule_list_is_a_table_with_next_and_last_fire_and_says_when_empty() 
     assert_eq!(full["when"]["every"]["every_ms"], 300_000, "{full}");
     assert_eq!(full["last_fire"]["detail"], "session is sealed");
     assert_eq!(full["target"]["session"]["session_id"], session.as_str());
+}
+
+/// A catch-up window beyond the representable is a 400 naming `"catch_up"`; one written
+/// into the store behind the host's back (an older keel accepted it) neither stops the
+/// schedule worker nor the schedule itself, and the neighbour schedule fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_catch_up_is_400_and_a_stored_one_stops_no_schedule() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let model = tick_script(&env);
+    let added = env.run(&[
+        "schedule",
+        "add",
+        "--every",
+        "1s",
+        "-C",
+        workspace.to_str().unwrap(),
+        "-m",
+        &model,
+        "huge",
+    ]);
+    assert_eq!(added.status.code(), Some(0), "{}", stderr(&added));
+    let huge_id = stdout(&added).trim().to_owned();
+    {
+        let db = rusqlite::Connection::open(env.home.path().join("keel.sqlite")).unwrap();
+        let spec: String =
+            db.query_row("SELECT spec FROM schedules", [], |row| row.get(0)).unwrap();
+        let mut spec: Value = serde_json::from_str(&spec).unwrap();
+        spec["catch_up_ms"] = json!(u64::MAX);
+        let changed = db.execute("UPDATE schedules SET spec = ?1", [spec.to_string()]).unwrap();
+        assert_eq!(changed, 1);
+    }
+    let host = Host::start(&env, &[], None);
+    let (status, body) = host
+        .post(
+            "/v1/schedules",
+            json!({"every": "1s", "workspace": workspace, "model": model, "task": "x",
+                   "catch_up": "10000000000000s"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("\"catch_up\""), "{body}");
+    let (status, body) = host
+        .post(
+            "/v1/schedules",
+            json!({"every": "1s", "workspace": workspace, "model": model, "task": "tick"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let tick_id = body["schedule_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let log = host.stderr();
+    host.kill9();
+    assert!(!log.contains("panicked"), "{log}");
+    let store: Arc<dyn Schedules> =
+        Arc::new(keel_store::SqliteStore::open(env.home.path().join("keel.sqlite")).unwrap());
+    for id in [&huge_id, &tick_id] {
+        let fired = fires(&store, id).await;
+        assert!(fired.iter().any(|f| f.state == FireState::Fired), "{id}: {fired:?}");
+    }
 }

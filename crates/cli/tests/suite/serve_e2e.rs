@@ -394,9 +394,13 @@ async fn serve_usage_errors_name_the_body_fields_not_the_flags() {
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("\"model\"") && !message.contains("-m "), "{message}");
     let session = client.create(&workspace, &script, "deny").await;
-    for (field, value) in
-        [("max_steps", json!(0)), ("max_tokens", json!(0)), ("max_cost_usd", json!(-1.0))]
-    {
+    for (field, value) in [
+        ("max_steps", json!(0)),
+        ("max_tokens", json!(0)),
+        ("max_cost_usd", json!(-1.0)),
+        // Beyond 100 years: a 400, never a worker panic on the overflowing deadline.
+        ("max_time", json!("9223372036854775807s")),
+    ] {
         let mut turn = json!({"input": "go"});
         turn[field] = value;
         let (status, body) = client.post(&format!("/v1/sessions/{session}/turns"), turn).await;

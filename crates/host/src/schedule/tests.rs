@@ -341,3 +341,65 @@ fn a_schedule_reads_as_its_interval_or_cron_and_names_its_next_slot() {
     let next = next_slot(&weekdays, utc(2026, 6, 1, 0, 0), utc(2026, 6, 5, 10, 0)).unwrap();
     assert_eq!(next, Some(utc(2026, 6, 8, 7, 0)));
 }
+
+#[test]
+fn a_catch_up_window_of_any_stored_size_plans_without_overflow() {
+    let start = utc(2026, 1, 1, 0, 0);
+    let every = When::Every { every_ms: 2_000 };
+    let now = start + TimeDelta::seconds(5);
+    // What an older keel or a hand-written row may hold: the window reaches past the
+    // earliest representable time, so it reads "since creation".
+    for catch_up in [Duration::from_millis(u64::MAX), Duration::MAX] {
+        let got = plan(&every, start, None, catch_up, now).unwrap();
+        assert_eq!(got.fire, Some(start + TimeDelta::seconds(4)), "{catch_up:?}");
+    }
+    // A schedule created at the earliest representable time plans too.
+    let got = plan(&every, DateTime::<Utc>::MIN_UTC, None, Duration::MAX, DateTime::<Utc>::MIN_UTC);
+    assert_eq!(got.unwrap(), Plan::default());
+}
+
+#[test]
+fn durations_beyond_a_hundred_years_are_refused_at_parse() {
+    assert_eq!(crate::root::parse_duration("876000h"), Some(crate::root::MAX_DURATION));
+    for text in ["876001h", "10000000000000s", "9223372036854775807s", "1e300s"] {
+        assert_eq!(crate::root::parse_duration(text), None, "{text}");
+    }
+    let message = format!("{:#}", parse_every("10000000000000s").unwrap_err());
+    assert!(message.starts_with("--every \"10000000000000s\""), "{message}");
+    let spec = ScheduleSpec {
+        when: When::Every { every_ms: 2_000 },
+        target: Target::Session { session_id: SessionId(uuid::Uuid::nil()) },
+        task: "t".into(),
+        overlap: Overlap::Skip,
+        catch_up_ms: u64::MAX,
+        max_steps: None,
+        max_cost_usd: None,
+    };
+    assert!(new_row(&spec, utc(2026, 1, 1, 0, 0)).is_err());
+}
+
+#[tokio::test]
+async fn a_stored_huge_catch_up_neither_panics_nor_stops_other_schedules() {
+    let f = fixture(Overlap::Skip).await;
+    // Written behind keel's back (by hand, or by an older keel that accepted it).
+    let spec = ScheduleSpec {
+        when: When::Every { every_ms: 60_000 },
+        target: Target::Session { session_id: SessionId(uuid::Uuid::nil()) },
+        task: "huge".into(),
+        overlap: Overlap::Skip,
+        catch_up_ms: u64::MAX,
+        max_steps: None,
+        max_cost_usd: None,
+    };
+    let spec = serde_json::to_value(spec).unwrap();
+    let huge =
+        ScheduleRow { id: uuid::Uuid::now_v7(), created_at: f.clock.peek(), paused: false, spec };
+    f.store.add_schedule(&huge).await.unwrap();
+    let tick = f.minute().await;
+    let mut fired: Vec<uuid::Uuid> = tick.fired.iter().map(|(id, _)| *id).collect();
+    fired.sort();
+    let mut want = vec![f.id, huge.id];
+    want.sort();
+    assert_eq!(fired, want, "both schedules fire their first slot");
+    assert_eq!(f.states().await, vec![(1, "fired")]);
+}

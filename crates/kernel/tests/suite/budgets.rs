@@ -166,3 +166,15 @@ async fn time_budget_stops_a_running_tool_and_suspends() {
     let report = kernel.resume(session, &harness.run_config(), &Cancellation::new()).await.unwrap();
     assert_eq!(report.outcome, TurnOutcome::Completed { text: "resumed and done".into() });
 }
+
+/// A `max_time` whose deadline no clock can represent (a hostile config's, a library
+/// caller's `Duration::MAX`) is no deadline: the turn runs, never a panic.
+#[tokio::test]
+async fn redteam_budget_an_unrepresentable_time_budget_runs_the_turn_without_panic() {
+    for max_time in [Duration::MAX, Duration::from_secs(9_223_372_036_854_775_807)] {
+        let mut harness = Harness::new();
+        harness.budget = Budget { max_time: Some(max_time), ..Budget::default() };
+        let (report, _) = harness.run(r#"{"steps":[{"text":"done"}]}"#, "t").await;
+        assert_eq!(report.outcome, TurnOutcome::Completed { text: "done".into() });
+    }
+}
