@@ -348,7 +348,9 @@ mod tests {
             vec![assistant("x", Vec::new())],
         ];
         for messages in variants.iter().chain(variants.iter().rev()) {
-            for tools in [tools.clone(), vec![tool("a", "A.", json!({"properties": {}, "type": "object"}))]] {
+            for tools in
+                [tools.clone(), vec![tool("a", "A.", json!({"properties": {}, "type": "object"}))]]
+            {
                 for choice in [ToolChoice::Auto, ToolChoice::None] {
                     let mut request = request("s", messages.clone(), tools.clone());
                     request.tool_choice = choice;
@@ -376,8 +378,7 @@ mod tests {
     fn kept_messages_stay_within_their_bound() {
         let mut cache = BodyCache::default();
         let big = "x".repeat(MAX_KEPT_MESSAGE_BYTES / 3);
-        let messages: Vec<Message> =
-            (0..5).map(|_| Message::User { text: big.clone() }).collect();
+        let messages: Vec<Message> = (0..5).map(|_| Message::User { text: big.clone() }).collect();
         let request = request("", messages, vec![tool("a", "", json!({}))]);
         for _ in 0..2 {
             assert_eq!(cache.render("m", &request).unwrap(), whole("m", &request));
