@@ -31,6 +31,8 @@ struct Mock {
     /// spends nothing per request but counting the results and one write.
     replies: Arc<Vec<bytes::Bytes>>,
     served: Arc<AtomicU64>,
+    /// The request bodies' bytes, all requests together.
+    body_bytes: Arc<AtomicU64>,
 }
 
 fn chunk(delta: Value, finish: Option<&str>) -> String {
@@ -76,6 +78,7 @@ async fn completions(State(mock): State<Mock>, body: axum::body::Bytes) -> impl 
     let last = mock.replies.len().saturating_sub(1);
     let out = mock.replies[results.min(last)].clone();
     mock.served.fetch_add(1, Ordering::Relaxed);
+    mock.body_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
     ([(header::CONTENT_TYPE, "text/event-stream")], out)
 }
 
@@ -115,7 +118,11 @@ async fn main() {
     let steps: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
 
     let replies = (0..steps.max(1)).map(|results| reply(results, steps)).collect();
-    let mock = Mock { replies: Arc::new(replies), served: Arc::new(AtomicU64::new(0)) };
+    let mock = Mock {
+        replies: Arc::new(replies),
+        served: Arc::new(AtomicU64::new(0)),
+        body_bytes: Arc::new(AtomicU64::new(0)),
+    };
     let app =
         Router::new().route("/v1/chat/completions", post(completions)).with_state(mock.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the mock");
@@ -126,7 +133,11 @@ async fn main() {
     let scratch = tempfile::tempdir().expect("a scratch folder");
     let workspace = scratch.path().join("ws");
     std::fs::create_dir_all(&workspace).expect("the workspace");
-    let mut host = std::process::Command::new(env!("CARGO_BIN_EXE_keel"));
+    // `KEEL_BENCH_HOST_BIN=/path/keel`: another build of the host (a copy of an earlier
+    // one, to compare before and after with the same bench).
+    let host_bin =
+        std::env::var("KEEL_BENCH_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_keel").into());
+    let mut host = std::process::Command::new(host_bin);
     // `KEEL_BENCH_HOST_PRELOAD=/path/libmimalloc.so.2`: the host (only) with another
     // allocator, to compare it with glibc's without another build.
     if let Ok(preload) = std::env::var("KEEL_BENCH_HOST_PRELOAD") {
@@ -200,6 +211,7 @@ async fn main() {
     let cpu_before = cpu_seconds(pid);
     let bench_cpu_before = cpu_seconds(std::process::id());
     let served_before = mock.served.load(Ordering::Relaxed);
+    let body_bytes_before = mock.body_bytes.load(Ordering::Relaxed);
     let started = Instant::now();
     let turns = ids.iter().map(|id| {
         let (http, base) = (http.clone(), base.clone());
@@ -250,10 +262,12 @@ async fn main() {
         1000.0 * cpu / expected.max(1) as f64,
         100.0 * cpu / elapsed.as_secs_f64() / 2.0
     );
+    let body_bytes = mock.body_bytes.load(Ordering::Relaxed) - body_bytes_before;
     println!(
-        "bench (mock model + HTTP client): {bench_cpu:.1} CPU s ({:.2} ms per step); load \
-         average {}",
+        "bench (mock model + HTTP client): {bench_cpu:.1} CPU s ({:.2} ms per step); request \
+         bodies {:.0} bytes on average; load average {}",
         1000.0 * bench_cpu / expected.max(1) as f64,
+        body_bytes as f64 / expected.max(1) as f64,
         std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
     );
     let _ = child.kill();

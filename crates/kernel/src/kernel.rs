@@ -762,7 +762,8 @@ impl Kernel {
             // the definitions stay in the request (a history with tool calls needs them on
             // Anthropic's API, and the prompt prefix stays cacheable).
             let tool_choice = if last_step.is_some() { ToolChoice::None } else { ToolChoice::Auto };
-            let tools = definitions.clone();
+            // Lent to the request and taken back after the call: not copied every step.
+            let tools = std::mem::take(&mut definitions);
             let fixed_tokens =
                 system_tokens + if tools.is_empty() { 0 } else { definitions_tokens };
             let window = Window {
@@ -877,6 +878,7 @@ impl Kernel {
                 // The next step changes these messages where it must, instead of rebuilding.
                 projected.restore(std::mem::take(&mut request.messages));
             }
+            definitions = std::mem::take(&mut request.tools);
             let Some(response) = answer else {
                 break TurnOutcome::Cancelled {
                     reason: "cancelled by the user while the model was answering".into(),

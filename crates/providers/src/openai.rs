@@ -18,9 +18,11 @@
 //! - Retries are bounded by [`RetryPolicy`] and resend the whole request.
 
 mod assemble;
+mod body;
 mod wire;
 
 use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -34,7 +36,8 @@ use crate::error::BuildError;
 use crate::retry::{Failure, Jitter, RetryPolicy, with_retries};
 use crate::transport::{self, Credential, Overflow, StreamEnd, Timeouts, Transport};
 use assemble::{Assembler, OnDelta};
-use wire::{ChatCompletion, ChatRequest};
+use body::BodyCache;
+use wire::ChatCompletion;
 
 /// The largest non-streaming completion body accepted, in bytes.
 const MAX_JSON_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -121,12 +124,15 @@ impl fmt::Debug for OpenAiConfig {
 /// A [`ModelClient`] for an OpenAI-compatible Chat Completions endpoint, streaming over
 /// server-sent events.
 ///
-/// One `OpenAiChat` may serve many concurrent requests; it holds a connection pool.
+/// One `OpenAiChat` may serve many concurrent requests; it holds a connection pool, and
+/// the JSON of its last request's parts (system prompt, tools, messages), which the next
+/// request's body copies where they are unchanged (clones share it).
 /// `Debug` never shows the API key.
 #[derive(Clone)]
 pub struct OpenAiChat {
     config: OpenAiConfig,
     transport: Transport,
+    bodies: Arc<Mutex<BodyCache>>,
 }
 
 impl fmt::Debug for OpenAiChat {
@@ -148,7 +154,7 @@ impl OpenAiChat {
     /// [`BuildError::HttpClient`] when the HTTP client cannot be set up.
     pub fn new(config: OpenAiConfig) -> Result<Self, BuildError> {
         let transport = config.transport("chat/completions")?;
-        Ok(OpenAiChat { config, transport })
+        Ok(OpenAiChat { config, transport, bodies: Arc::default() })
     }
 
     /// The configuration this client was built from.
@@ -235,14 +241,16 @@ impl ModelClient for OpenAiChat {
         on_delta: &(dyn Fn(StreamDelta) + Send + Sync),
     ) -> Result<ModelResponse, ModelError> {
         let model = if request.model.is_empty() { &self.config.model } else { &request.model };
-        let body =
-            serde_json::to_vec(&ChatRequest::streaming(model, request)).map_err(|error| {
+        let body = {
+            let mut bodies = self.bodies.lock().unwrap_or_else(PoisonError::into_inner);
+            bodies.render(model, request).map_err(|error| {
                 ModelError::new(
                     ModelErrorKind::InvalidRequest,
                     None,
                     format!("request cannot be encoded: {error}"),
                 )
-            })?;
+            })?
+        };
         let body = Bytes::from(body);
         let mut jitter = Jitter::from_entropy();
         with_retries(&self.config.retry, &mut jitter, on_delta, |_n_retries| {

@@ -222,6 +222,7 @@ impl SqliteStore {
     pub fn open_in_memory() -> Result<SqliteStore, OpenError> {
         let path = PathBuf::from(":memory:");
         let mut connection = Connection::open_in_memory().map_err(sqlite_error(&path))?;
+        stable_plans(&connection).map_err(sqlite_error(&path))?;
         migrate(&mut connection, &path)?;
         Ok(SqliteStore::with_connection(connection, None))
     }
@@ -1197,7 +1198,20 @@ fn configure_file(connection: &mut Connection, path: &Path) -> Result<(), OpenEr
     }
     // FULL, not NORMAL: NORMAL in WAL mode may lose the last commits on power loss.
     connection.pragma_update(None, "synchronous", "FULL").map_err(&sqlite)?;
+    stable_plans(connection).map_err(&sqlite)?;
     migrate(connection, path)
+}
+
+/// Turns on SQLite's query planner stability guarantee (`SQLITE_DBCONFIG_ENABLE_QPSG`): a
+/// cached statement keeps its plan whatever values are bound. Without it, SQLite marks a
+/// statement for re-preparing when a bound parameter *might* change the plan (the
+/// `events` table's partial index makes every `session_id = ?` such a parameter), so every
+/// cached read of the events re-parsed and re-planned its SQL (~8% of `keel serve`'s CPU
+/// under load, BENCHMARKS.md #15). keel's queries are planned by their indexes, never by
+/// the values bound.
+pub(crate) fn stable_plans(connection: &Connection) -> rusqlite::Result<()> {
+    connection.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    Ok(())
 }
 
 fn is_busy(error: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {

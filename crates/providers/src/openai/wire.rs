@@ -24,22 +24,22 @@ pub(crate) struct ChatRequest<'a> {
     model: &'a str,
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
+    pub(super) tools: Vec<WireTool<'a>>,
     /// `"none"` when tools are off but defined (see `crate::tooling`); else omitted.
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<&'static str>,
-    stream: bool,
-    stream_options: StreamOptions,
+    pub(super) tool_choice: Option<&'static str>,
+    pub(super) stream: bool,
+    pub(super) stream_options: StreamOptions,
 }
 
 #[derive(Debug, Serialize)]
-struct StreamOptions {
+pub(super) struct StreamOptions {
     include_usage: bool,
 }
 
 #[derive(Debug, Serialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
-enum WireMessage<'a> {
+pub(super) enum WireMessage<'a> {
     System {
         content: &'a str,
     },
@@ -59,7 +59,7 @@ enum WireMessage<'a> {
 }
 
 #[derive(Debug, Serialize)]
-struct WireToolCall<'a> {
+pub(super) struct WireToolCall<'a> {
     id: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
@@ -67,21 +67,21 @@ struct WireToolCall<'a> {
 }
 
 #[derive(Debug, Serialize)]
-struct WireFunctionCall<'a> {
+pub(super) struct WireFunctionCall<'a> {
     name: &'a str,
     /// The arguments as a JSON-encoded string, as the API requires.
     arguments: String,
 }
 
 #[derive(Debug, Serialize)]
-struct WireTool<'a> {
+pub(super) struct WireTool<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     function: WireFunction<'a>,
 }
 
 #[derive(Debug, Serialize)]
-struct WireFunction<'a> {
+pub(super) struct WireFunction<'a> {
     name: &'a str,
     description: &'a str,
     parameters: Cow<'a, ToolSchema>,
@@ -97,22 +97,7 @@ impl<'a> ChatRequest<'a> {
         if !request.system.is_empty() {
             messages.push(WireMessage::System { content: &request.system });
         }
-        for message in &request.messages {
-            messages.push(match message {
-                Message::User { text } => WireMessage::User { content: text },
-                Message::Assistant { text, reasoning: _, tool_calls } => WireMessage::Assistant {
-                    content: if text.is_empty() && !tool_calls.is_empty() {
-                        None
-                    } else {
-                        Some(text)
-                    },
-                    tool_calls: tool_calls.iter().map(wire_tool_call).collect(),
-                },
-                Message::ToolResult { call_id, tool: _, outcome: _, content } => {
-                    WireMessage::Tool { tool_call_id: call_id.as_str(), content }
-                }
-            });
-        }
+        messages.extend(request.messages.iter().map(WireMessage::from_message));
         let wire_tools = tooling::wire_tools(request);
         let tools = wire_tools
             .defined
@@ -133,6 +118,22 @@ impl<'a> ChatRequest<'a> {
             tool_choice: wire_tools.none.then_some("none"),
             stream: true,
             stream_options: StreamOptions { include_usage: true },
+        }
+    }
+}
+
+impl<'a> WireMessage<'a> {
+    /// The wire form of a conversation message.
+    pub(super) fn from_message(message: &'a Message) -> WireMessage<'a> {
+        match message {
+            Message::User { text } => WireMessage::User { content: text },
+            Message::Assistant { text, reasoning: _, tool_calls } => WireMessage::Assistant {
+                content: if text.is_empty() && !tool_calls.is_empty() { None } else { Some(text) },
+                tool_calls: tool_calls.iter().map(wire_tool_call).collect(),
+            },
+            Message::ToolResult { call_id, tool: _, outcome: _, content } => {
+                WireMessage::Tool { tool_call_id: call_id.as_str(), content }
+            }
         }
     }
 }

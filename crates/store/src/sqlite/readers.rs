@@ -146,7 +146,7 @@ fn serve(shared: &Shared, path: &Path) {
 }
 
 /// A read connection to the ledger at `path` (already made and migrated by the writer).
-fn open(path: &Path) -> rusqlite::Result<Connection> {
+pub(super) fn open(path: &Path) -> rusqlite::Result<Connection> {
     let connection = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -155,5 +155,6 @@ fn open(path: &Path) -> rusqlite::Result<Connection> {
     )?;
     connection.busy_timeout(BUSY_TIMEOUT)?;
     connection.pragma_update(None, "query_only", true)?;
+    super::stable_plans(&connection)?;
     Ok(connection)
 }

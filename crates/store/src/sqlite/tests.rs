@@ -475,3 +475,41 @@ async fn cancel_requests_are_seen_by_this_handle_at_once_and_by_another_after_th
     assert!(here.take_cancel_request(s2).await.unwrap());
     assert!(!there.take_cancel_request(s2).await.unwrap(), "the delete decides: one taker");
 }
+
+/// How often the cached statement of [`read_events`] was re-prepared over `reads` reads of
+/// growing sessions on `connection`.
+fn reprepares_over_reads(connection: &mut Connection, reads: u64) -> i32 {
+    const SQL: &str =
+        "SELECT seq, body FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq";
+    for n in 0..reads {
+        let session_id = SessionId(Uuid::from_u128(u128::from(n % 3) + 1));
+        read_events(connection, session_id, Seq(n % 2)).unwrap();
+    }
+    let statement = connection.prepare_cached(SQL).unwrap();
+    statement.get_status(rusqlite::StatementStatus::RePrepare)
+}
+
+#[tokio::test]
+async fn cached_reads_keep_their_plan_instead_of_being_prepared_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keel.sqlite");
+    let store = SqliteStore::open(&path).unwrap();
+    for n in 1..=3 {
+        let session_id = SessionId(Uuid::from_u128(n));
+        store
+            .append(&[event(session_id, 1, "one".into()), event(session_id, 2, "two".into())])
+            .await
+            .unwrap();
+    }
+    // As the store opens its read connections.
+    let mut reader = readers::open(&path).unwrap();
+    assert_eq!(reprepares_over_reads(&mut reader, 30), 0, "no read re-prepared");
+    // The neighbour: the same reads on a connection without the guarantee are re-prepared
+    // (what this guards against), and both read the same events.
+    let mut plain = Connection::open(&path).unwrap();
+    assert!(reprepares_over_reads(&mut plain, 30) > 0, "SQLite re-prepares without QPSG");
+    let session_id = SessionId(Uuid::from_u128(2));
+    let stable = read_events(&mut reader, session_id, Seq(0)).unwrap();
+    assert_eq!(stable, read_events(&mut plain, session_id, Seq(0)).unwrap());
+    assert_eq!(stable.len(), 2);
+}
