@@ -97,10 +97,8 @@ pub async fn open_stores()
         return Ok((home, store.clone(), store));
     }
     let path = keel_store::default_path(&home);
-    let store = Arc::new(
-        SqliteStore::open(&path)
-            .with_context(|| format!("cannot open the ledger at {}", path.display()))?,
-    );
+    // OpenError names the file: "cannot open ledger PATH: why".
+    let store = Arc::new(SqliteStore::open(&path)?);
     Ok((home, store.clone(), store))
 }
 
@@ -121,8 +119,7 @@ pub async fn open_store_for_reading() -> anyhow::Result<(PathBuf, Arc<dyn Store>
             let empty = SqliteStore::open_in_memory().context("cannot open an empty ledger")?;
             return Ok((home, Arc::new(empty)));
         }
-        let store = SqliteStore::open_read_only(&path)
-            .with_context(|| format!("cannot open the ledger at {}", path.display()))?;
+        let store = SqliteStore::open_read_only(&path)?;
         if let Some(store) = store {
             return Ok((home, Arc::new(store)));
         }

@@ -156,8 +156,9 @@ impl SqliteStore {
     /// run on this one connection; a write through the handle fails (SQLite refuses it).
     ///
     /// `Ok(None)` when the file cannot be read as it is: it does not exist, it is not in WAL
-    /// mode, or its schema is older than [`SCHEMA_VERSION`] (migrating it is a write).
-    /// [`SqliteStore::open`] it then.
+    /// mode, its schema is older than [`SCHEMA_VERSION`] (migrating it is a write), or a
+    /// process killed while writing it left a repair to do first (a hot rollback journal, a
+    /// WAL index to rebuild). [`SqliteStore::open`] it then.
     ///
     /// This blocks on disk; call it at startup or from a blocking task.
     ///
@@ -170,35 +171,15 @@ impl SqliteStore {
         if !path.try_exists().unwrap_or(false) {
             return Ok(None);
         }
-        let sqlite = sqlite_error(&path);
-        let connection = Connection::open_with_flags(
-            &path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
-                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | rusqlite::OpenFlags::SQLITE_OPEN_URI,
-        )
-        .map_err(&sqlite)?;
-        connection.busy_timeout(BUSY_TIMEOUT).map_err(&sqlite)?;
-        let journal_mode: String = connection
-            .pragma_query_value(None, "journal_mode", |row| row.get(0))
-            .map_err(&sqlite)?;
-        if !journal_mode.eq_ignore_ascii_case("wal") {
-            return Ok(None);
-        }
-        let has_version: bool = connection
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version')",
-                [],
-                |row| row.get(0),
-            )
-            .map_err(&sqlite)?;
-        if !has_version {
-            return Ok(None);
-        }
-        let found: Option<i64> = connection
-            .query_row("SELECT version FROM schema_version", [], |row| row.get(0))
-            .optional()
-            .map_err(&sqlite)?;
+        let (connection, found) = match read_only_connection(&path) {
+            Ok(Some(opened)) => opened,
+            Ok(None) => return Ok(None),
+            // A process killed mid-write left the file needing a write before it can be
+            // read (a hot rollback journal from its first moments, or a WAL index to
+            // rebuild): the writer's open does that repair.
+            Err(source) if needs_repair(&source) => return Ok(None),
+            Err(source) => return Err(sqlite_error(&path)(source)),
+        };
         match found {
             Some(found) if found > SCHEMA_VERSION => {
                 Err(OpenError::NewerSchema { path, found, supported: SCHEMA_VERSION })
@@ -1217,6 +1198,51 @@ pub(crate) fn stable_plans(connection: &Connection) -> rusqlite::Result<()> {
 fn is_busy(error: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
     error.downcast_ref::<rusqlite::Error>().and_then(rusqlite::Error::sqlite_error_code)
         == Some(rusqlite::ErrorCode::DatabaseBusy)
+}
+
+/// Opens `path` read-only and reads its schema version: `None` when it is not a WAL
+/// ledger with a `schema_version` table, `Some((connection, None))` when that table is empty.
+fn read_only_connection(path: &Path) -> rusqlite::Result<Option<(Connection, Option<i64>)>> {
+    let connection = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+    )?;
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    let journal_mode: String =
+        connection.pragma_query_value(None, "journal_mode", |row| row.get(0))?;
+    if !journal_mode.eq_ignore_ascii_case("wal") {
+        return Ok(None);
+    }
+    let has_version: bool = connection.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !has_version {
+        return Ok(None);
+    }
+    let found: Option<i64> = connection
+        .query_row("SELECT version FROM schema_version", [], |row| row.get(0))
+        .optional()?;
+    Ok(Some((connection, found)))
+}
+
+/// Whether a read-only connection failed because the file needs a write first: SQLite's
+/// `SQLITE_READONLY_ROLLBACK` (a hot journal to roll back), `SQLITE_READONLY_RECOVERY` (a
+/// WAL index to rebuild), `SQLITE_READONLY_CANTINIT` and `SQLITE_READONLY_CANTLOCK` (the
+/// shared-memory index cannot be set up read-only). Source: <https://sqlite.org/rescode.html>.
+fn needs_repair(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error().map(|error| error.extended_code),
+        Some(
+            rusqlite::ffi::SQLITE_READONLY_ROLLBACK
+                | rusqlite::ffi::SQLITE_READONLY_RECOVERY
+                | rusqlite::ffi::SQLITE_READONLY_CANTINIT
+                | rusqlite::ffi::SQLITE_READONLY_CANTLOCK
+        )
+    )
 }
 
 fn migrate(connection: &mut Connection, path: &Path) -> Result<(), OpenError> {

@@ -99,6 +99,50 @@ async fn a_read_only_open_reads_and_writes_nothing() {
     ));
 }
 
+/// A process killed in its first moments, while a new ledger was still switching to WAL,
+/// leaves a hot rollback journal. SQLite cannot roll it back on a read-only connection
+/// (`SQLITE_READONLY_ROLLBACK`), so a read-only open answers `None` and the writer's open
+/// repairs the file: `keel sessions` after such a kill lists, it does not fail.
+#[test]
+fn a_hot_journal_left_by_a_killed_writer_is_repaired_by_the_writers_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("live.sqlite");
+    let path = dir.path().join("keel.sqlite");
+    // A transaction whose pages spill into the file before it commits: the journal is
+    // synced and the file changed, as at a kill mid-write. A copy of both, with no process
+    // holding a lock on it, is a hot journal.
+    let connection = Connection::open(&live).unwrap();
+    connection
+        .execute_batch(
+            "PRAGMA journal_mode = DELETE; PRAGMA cache_size = 1;
+             CREATE TABLE filler (body BLOB); INSERT INTO filler VALUES (zeroblob(100000));",
+        )
+        .unwrap();
+    connection
+        .execute_batch(
+            "BEGIN; UPDATE filler SET body = randomblob(100000);
+             INSERT INTO filler SELECT randomblob(100000) FROM filler;",
+        )
+        .unwrap();
+    let journal = format!("{}-journal", live.display());
+    assert!(Path::new(&journal).exists(), "the transaction has a journal");
+    std::fs::copy(&live, &path).unwrap();
+    std::fs::copy(&journal, format!("{}-journal", path.display())).unwrap();
+    drop(connection);
+
+    let read_only = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap()
+        .query_row("SELECT count(*) FROM filler", [], |row| row.get::<_, i64>(0))
+        .unwrap_err();
+    assert!(needs_repair(&read_only), "{read_only:?}");
+    assert!(SqliteStore::open_read_only(&path).unwrap().is_none());
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(pragma::<String>(&store, "journal_mode"), "wal");
+    drop(store);
+    assert!(!Path::new(&format!("{}-journal", path.display())).exists(), "rolled back");
+    assert!(SqliteStore::open_read_only(&path).unwrap().is_some());
+}
+
 /// The ledger holds every prompt and tool result: a new one, its WAL and shared-memory
 /// files and a folder made for it are the owner's alone. An existing file keeps its mode.
 #[tokio::test]
