@@ -11,7 +11,7 @@ use crate::app::{exit, open_store, resolve_session, usage};
 use crate::output;
 use crate::terminal::one_line;
 use crate::view::{LineKind, Verbosity, View, ViewOptions};
-use keel_host::root::open_store_for_reading;
+use keel_host::root::{gone_holder, open_store_for_reading, shown_state};
 
 /// A session as the user named it: an id or unique prefix, or `--last`.
 #[derive(Debug, Clone)]
@@ -98,7 +98,7 @@ pub(crate) async fn sessions(
     // What each session is now: a run whose process is gone is shown as interrupted.
     let mut states = std::collections::BTreeMap::new();
     for session in &sessions {
-        states.insert(session.id, shown_state(&store, session).await);
+        states.insert(session.id, shown_state(store.as_ref(), session).await);
     }
     let state_of = |session: &SessionSummary| {
         states.get(&session.id).copied().unwrap_or(session.status.as_str())
@@ -194,6 +194,17 @@ pub(crate) async fn log(session: &SessionArg, json: bool, verbose: bool) -> anyh
             }
         }
     }
+    // The same rule as `keel sessions`: an open run nobody drives was interrupted. Not in
+    // `--json`, which is the ledger's events exactly.
+    if !json
+        && store.session(session_id).await?.is_some_and(|row| row.status == SessionStatus::Running)
+        && let Some(gone) = gone_holder(store.as_ref(), session_id).await
+    {
+        outln!(
+            "interrupted: {gone}, so nothing drives this run; `keel resume {session_id}` \
+             continues it"
+        );
+    }
     Ok(exit::COMPLETED)
 }
 
@@ -211,7 +222,7 @@ pub(crate) async fn stop(session: &SessionArg) -> anyhow::Result<u8> {
         .map(|summary| summary.status);
     match status {
         Some(SessionStatus::Running) => {
-            if let Some(gone) = gone_holder(&store, session_id).await {
+            if let Some(gone) = gone_holder(store.as_ref(), session_id).await {
                 // Nothing runs it: a cancel request would wait for nobody.
                 eprintln!(
                     "keel: session {session_id} has no live run: {gone}, so its last run was \
@@ -234,39 +245,6 @@ pub(crate) async fn stop(session: &SessionArg) -> anyhow::Result<u8> {
             Ok(exit::FAILED)
         }
         None => Err(usage(format!("no session {session_id}"))),
-    }
-}
-
-/// How listings name a session's state: its stored status, except that an open run whose
-/// process is gone is `interrupted` (nothing drives it; `keel resume` continues it, and the
-/// next start closes it). Reads the lease, never takes it: a listing writes nothing.
-async fn shown_state(store: &Arc<dyn Store>, session: &SessionSummary) -> &'static str {
-    match session.status {
-        SessionStatus::Running if gone_holder(store, session.id).await.is_some() => "interrupted",
-        status => status.as_str(),
-    }
-}
-
-/// Why nobody drives the session's open run, when that is known: no process holds its
-/// lease (never taken, released, or lapsed unrenewed by a holder whose liveness is
-/// unknown), or its holder's process is gone (killed, crashed). `None` when a live process
-/// (or one on another machine, or a store without leases) may still hold it: a holder
-/// named on this machine whose process is alive still drives the run even when its lease
-/// lapsed (stopped with SIGSTOP, or starved), so it is running and `keel stop` cancels it.
-///
-/// Reads the lease row only (`Store::current_lease`): nothing is written.
-async fn gone_holder(store: &Arc<dyn Store>, session_id: SessionId) -> Option<String> {
-    use keel_kernel::HolderLiveness as _;
-    let now = keel_contracts::Clock::now(&keel_contracts::SystemClock);
-    match store.current_lease(session_id).await {
-        Ok(None) => Some("no process holds its lease".to_owned()),
-        Ok(Some(lease)) => match keel_host::root::LocalProcesses.alive(&lease.holder) {
-            Some(true) => None,
-            Some(false) => Some(format!("the process that ran it ({}) is gone", lease.holder)),
-            None if lease.expires_at <= now => Some("no process holds its lease".to_owned()),
-            None => None,
-        },
-        Err(_) => None,
     }
 }
 

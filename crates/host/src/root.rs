@@ -692,6 +692,58 @@ impl keel_kernel::HolderLiveness for LocalProcesses {
     }
 }
 
+/// How every listing names a session's state (`keel sessions`, `keel log`, the HTTP API's
+/// `state`): its stored status, except that an open run nobody drives is `interrupted`
+/// (see [`gone_holder`]; `keel resume` continues it, and the next start closes it).
+/// Reads the lease, never takes it: a listing writes nothing.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: it only reads.
+pub async fn shown_state(
+    store: &dyn Store,
+    session: &keel_contracts::SessionSummary,
+) -> &'static str {
+    match session.status {
+        keel_contracts::SessionStatus::Running
+            if gone_holder(store, session.id).await.is_some() =>
+        {
+            "interrupted"
+        }
+        status => status.as_str(),
+    }
+}
+
+/// Why nobody drives the session's open run, when that is known: no process holds its
+/// lease (never taken, released, or lapsed unrenewed by a holder whose liveness is
+/// unknown), or its holder's process is gone (killed, crashed). `None` when a live process
+/// (or one on another machine, or a store without leases) may still hold it: a holder
+/// named on this machine whose process is alive still drives the run even when its lease
+/// lapsed (stopped with SIGSTOP, or starved), so it is running and `keel stop` cancels it.
+///
+/// Reads the lease row only (`Store::current_lease`): nothing is written. A store error
+/// reads as "may still be driven" (`None`): the safe side, never a false `interrupted`.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: it only reads.
+pub async fn gone_holder(
+    store: &dyn Store,
+    session_id: keel_contracts::SessionId,
+) -> Option<String> {
+    let now = keel_contracts::Clock::now(&keel_contracts::SystemClock);
+    match store.current_lease(session_id).await {
+        Ok(None) => Some("no process holds its lease".to_owned()),
+        Ok(Some(lease)) => match holder_alive(&lease.holder) {
+            Some(true) => None,
+            Some(false) => Some(format!("the process that ran it ({}) is gone", lease.holder)),
+            None if lease.expires_at <= now => Some("no process holds its lease".to_owned()),
+            None => None,
+        },
+        Err(_) => None,
+    }
+}
+
 fn holder_alive(holder: &str) -> Option<bool> {
     let rest = holder.strip_prefix("keel pid ")?;
     let (pid, host) = rest.split_once(" on ")?;

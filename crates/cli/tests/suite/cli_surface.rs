@@ -760,7 +760,8 @@ fn stop_on_a_run_whose_process_was_killed_says_it_was_interrupted_and_exits_1() 
 }
 
 /// A run whose process was killed is not shown as running: `keel sessions` and its JSON
-/// say `interrupted` (its lease holder is gone), while a live run says `running`; and the
+/// say `interrupted` (its lease holder is gone), and `keel log` ends saying so, while a
+/// live run says `running`; and the
 /// listing writes nothing to the ledger (its file and WAL are byte-for-byte unchanged).
 #[test]
 fn sessions_show_a_killed_run_as_interrupted_and_write_nothing() {
@@ -786,6 +787,7 @@ fn sessions_show_a_killed_run_as_interrupted_and_write_nothing() {
     // for it; `status` stays, the same value.
     let live = state(&env);
     assert_eq!((&live["state"], &live["status"]), (&"running".into(), &"running".into()));
+    assert!(!stdout(&env.run(&["log", &session])).contains("interrupted"));
     child.kill().unwrap();
     child.wait().unwrap();
 
@@ -802,6 +804,12 @@ fn sessions_show_a_killed_run_as_interrupted_and_write_nothing() {
     let table = stdout(&env.run(&["sessions"]));
     assert!(table.contains("interrupted") && !table.contains("running"), "{table}");
     assert!(stdout(&env.run(&["log", &session, "-v"])).contains("run call_1_1: bash"));
+    // `keel log` says so too, by the same rule; its `--json` stays the ledger's events.
+    let log = stdout(&env.run(&["log", &session]));
+    let note = log.lines().last().unwrap_or_default();
+    assert!(note.starts_with("interrupted: the process that ran it (keel pid "), "{log}");
+    assert!(note.contains(&format!("`keel resume {session}` continues it")), "{log}");
+    assert!(!stdout(&env.run(&["log", &session, "--json"])).contains("interrupted"));
     assert!(files() == before, "a listing wrote to the ledger");
 }
 

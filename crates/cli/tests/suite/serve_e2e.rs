@@ -1354,6 +1354,60 @@ async fn redteam_host_a_killed_keel_run_with_approval_auto_is_closed_not_resumed
     assert!(workspace.join("r.txt").exists());
 }
 
+/// The HTTP listing names a killed `keel run` as `keel sessions` does: `interrupted`, not
+/// `running` (no live process holds its lease). The neighbour: while its process lives
+/// (stopped at a failpoint), the same session is `running` in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_lists_a_killed_keel_run_as_interrupted_like_keel_sessions() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let script = write_script(&env, "killed.json", &["q.txt", "r.txt"]);
+    let mut run = env
+        .keel()
+        .env("KEEL_FAILPOINT", "after_result")
+        .args(["run", "-C", workspace.to_str().unwrap(), "--approval", "auto", "-m"])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("write q and r")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(run.stderr.take().unwrap()).lines();
+    assert!(lines.any(|line| line.unwrap().starts_with("keel-failpoint-reached")));
+    let cli_state = || {
+        let listed = stdout(&env.run(&["sessions", "--json"]));
+        let row: Value = serde_json::from_str(listed.trim()).unwrap();
+        row["state"].as_str().unwrap().to_owned()
+    };
+    let (_, list) = client.get("/v1/sessions").await;
+    let session = list["sessions"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(list["sessions"][0]["state"], "running", "{list}");
+    assert_eq!(cli_state(), "running");
+    run.kill().unwrap();
+    run.wait().unwrap();
+
+    let (status, one) = client.get(&format!("/v1/sessions/{session}")).await;
+    assert_eq!(status, StatusCode::OK, "{one}");
+    let (_, list) = client.get("/v1/sessions").await;
+    let listed = &list["sessions"][0]["state"];
+    if one["state"] == "interrupted" {
+        assert_eq!(listed, "interrupted", "{list}");
+        assert_eq!(cli_state(), "interrupted");
+    } else {
+        // The host's takeover check (every 10 s) may close the dead run first: then it is
+        // closed (`failed`) everywhere, and the host says it closed it. Never `running`.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let note = format!("closed the interrupted run of session {session}");
+        while !host.stderr().contains(&note) {
+            assert!(Instant::now() < deadline, "{one} / {}", host.stderr());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(one["state"], "failed", "{one}");
+        assert_eq!(cli_state(), "failed");
+    }
+}
+
 impl Client {
     /// Waits until the session has a pending server question; returns it.
     async fn question(&self, session: &str) -> Value {

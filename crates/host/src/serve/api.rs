@@ -400,15 +400,19 @@ pub(crate) async fn new_session(
 /// them with the row). `session_id` and `id` are the same (`id` for older clients).
 /// Token counts include keel's estimates for responses whose usage the provider did not
 /// report: `estimated_tokens` of them, and `estimated` says whether any are.
-fn summary(host: &Host, row: &keel_contracts::SessionSummary) -> serde_json::Value {
+///
+/// `state` is named as `keel sessions` names it ([`crate::root::shown_state`]): an open run
+/// whose process is gone is `interrupted`, not `running`.
+async fn summary(host: &Host, row: &keel_contracts::SessionSummary) -> serde_json::Value {
     let usage = &row.usage;
+    let state = shown_state(host, row).await;
     json!({
         "session_id": row.id,
         "id": row.id,
         "workspace": row.workspace,
         "model": row.model,
         "title": row.title,
-        "state": row.status.as_str(),
+        "state": state,
         "active_here": host.is_active(row.id),
         "created_at": row.created_at,
         "updated_at": row.updated_at,
@@ -421,6 +425,21 @@ fn summary(host: &Host, row: &keel_contracts::SessionSummary) -> serde_json::Val
                   "responses_without_usage": usage.responses_without_usage},
         "cost_usd": usage.cost_usd,
     })
+}
+
+/// The session's `state` as every listing names it ([`crate::root::shown_state`]): an open
+/// run whose process is gone is `interrupted`, not `running`; a run this host drives is
+/// what its row says.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: it only reads.
+pub(crate) async fn shown_state(host: &Host, row: &keel_contracts::SessionSummary) -> &'static str {
+    if host.is_active(row.id) {
+        row.status.as_str()
+    } else {
+        crate::root::shown_state(host.store.as_ref(), row).await
+    }
 }
 
 /// Whether the host shows a session at all: its workspace (canonical now) is one the host
@@ -447,7 +466,7 @@ async fn list_sessions(State(state): State<AppState>) -> Result<Response, ApiErr
     let rows = state.host.store.sessions().await.map_err(ApiError::internal)?;
     let mut sessions = Vec::with_capacity(rows.len());
     for row in rows.iter().filter(|row| visible(&state.host, row)) {
-        sessions.push(summary(&state.host, row));
+        sessions.push(summary(&state.host, row).await);
     }
     Ok(axum::Json(json!({"sessions": sessions})).into_response())
 }
@@ -458,7 +477,7 @@ async fn get_session(
 ) -> Result<Response, ApiError> {
     let session_id = session_id(&id)?;
     let row = visible_row(&state.host, session_id).await?;
-    Ok(axum::Json(summary(&state.host, &row)).into_response())
+    Ok(axum::Json(summary(&state.host, &row).await).into_response())
 }
 
 #[derive(Debug, Deserialize, Default)]

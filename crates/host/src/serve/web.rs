@@ -356,16 +356,21 @@ async fn render_page(state: &AppState, chosen: Option<&str>) -> Result<String, A
         ),
         None => rows.first(),
     };
+    // Named as the API and `keel sessions` name them: a killed run is `interrupted`.
+    let mut states = Vec::with_capacity(rows.len());
+    for row in &rows {
+        states.push(super::api::shown_state(host, row).await);
+    }
     let mut body = String::new();
     body.push_str("<div class=\"layout\"><nav id=\"sessions\"><h2>Sessions</h2><ul>");
-    for row in &rows {
+    for (row, shown) in rows.iter().zip(&states) {
         let current = chosen.is_some_and(|c| c.id == row.id);
         let _ = write!(
             body,
             "<li class=\"session state-{state}{current}\" data-session=\"{id}\"><a \
              href=\"/?session={id}\"><span class=\"title\">{title}</span><span \
              class=\"meta\">{state} · {model} · {updated}</span></a></li>",
-            state = text(row.status.as_str()),
+            state = text(shown),
             current = if current { " current" } else { "" },
             id = row.id,
             title = text(&one_line_clip(&row.title, 80)),
@@ -390,7 +395,7 @@ async fn render_page(state: &AppState, chosen: Option<&str>) -> Result<String, A
                  id=\"timeline\">{entries}</ol></main>",
                 id = row.id,
                 title = text(&one_line_clip(&row.title, 200)),
-                summary = summary_html(row, &events),
+                summary = summary_html(row, super::api::shown_state(host, row).await, &events),
                 approvals = approvals_html(row.id, &events),
                 entries = entries_html(&events, Seq(0)),
             );
@@ -438,7 +443,7 @@ async fn fragment(
     let body = json!({
         "entries": entries_html(&events, after),
         "approvals": approvals_html(session_id, &events),
-        "summary": summary_html(&row, &events),
+        "summary": summary_html(&row, super::api::shown_state(&state.host, &row).await, &events),
         "last_seq": events.last().map_or(0, |event| event.seq.0),
     });
     Ok(harden(axum::Json(body).into_response()))
@@ -492,7 +497,7 @@ fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
     value.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
-fn summary_html(row: &SessionSummary, events: &[RuntimeEvent]) -> String {
+fn summary_html(row: &SessionSummary, shown: &str, events: &[RuntimeEvent]) -> String {
     let usage = ledger::usage(events);
     // Counts that include keel's own estimates (the provider did not report them) are
     // marked so, never shown as exact.
@@ -507,7 +512,7 @@ fn summary_html(row: &SessionSummary, events: &[RuntimeEvent]) -> String {
          class=\"workspace\">{workspace}</span> · <span class=\"model\">{model}</span> · \
          <span class=\"usage\">{mark}{input} in / {mark}{output} out tokens{note}</span> · \
          <span class=\"cost\">{cost}</span>",
-        state = text(row.status.as_str()),
+        state = text(shown),
         workspace = text(&row.workspace),
         model = text(&row.model),
         input = usage.input_tokens,
