@@ -23,7 +23,7 @@ pub(crate) const DOCUMENT: &str = r##"{
         "max_cost_usd": {"type": "number"}, "max_time": {"type": "string", "description": "500ms, 90s, 10m, 2h"}}},
       "Started": {"type": "object", "properties": {"turn_id": {"type": ["string", "null"]}, "run_id": {"type": ["string", "null"]}}},
       "Session": {"type": "object", "properties": {"session_id": {"type": "string", "description": "as POST /v1/sessions answers it"}, "id": {"type": "string", "description": "the same as session_id (kept for older clients)"}, "workspace": {"type": "string"}, "model": {"type": "string"}, "title": {"type": "string"},
-        "state": {"enum": ["idle", "running", "completed", "failed", "suspended", "cancelled", "denied", "sealed"]}, "active_here": {"type": "boolean"},
+        "state": {"enum": ["idle", "running", "interrupted", "completed", "failed", "suspended", "cancelled", "denied", "sealed"]}, "active_here": {"type": "boolean"},
         "created_at": {"type": "string"}, "updated_at": {"type": "string"}, "last_seq": {"type": "integer"}, "parent": {"type": ["string", "null"]},
         "usage": {"type": "object", "description": "token counts include keel's estimates where the provider reported none: estimated_tokens of them; estimated is true when any figure is an estimate", "properties": {"input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}, "estimated_tokens": {"type": "integer"}, "estimated": {"type": "boolean"}, "responses": {"type": "integer"}, "responses_without_usage": {"type": "integer"}}},
         "cost_usd": {"type": ["number", "null"]}}},
