@@ -231,7 +231,8 @@ pub(crate) struct ScheduleAdd {
         required_unless_present = "cron"
     )]
     pub(crate) every: Option<String>,
-    /// A cron expression (5 or 6 fields), e.g. "0 9 * * MON-FRI".
+    /// A cron expression: 5 fields (min hour day month weekday), or 6 with seconds first,
+    /// or 7 with a year last; e.g. "0 9 * * MON-FRI". It must fire within 5 years.
     #[arg(long, value_name = "EXPR")]
     pub(crate) cron: Option<String>,
     /// The cron expression's time zone (IANA, e.g. Europe/Berlin; default UTC). With

@@ -21,7 +21,7 @@
 //! [`Clock`], so tests run it on a fake clock; what a fire does is a [`Firer`].
 
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -46,6 +46,9 @@ pub const DEFAULT_CATCH_UP: Duration = Duration::from_secs(300);
 /// The most slots one tick records as skipped (the rest of a long outage is not recorded).
 const MAX_SKIPPED_PER_TICK: usize = 100;
 
+/// A cron expression must fire within this many days of being added (5 years).
+const FIRES_WITHIN_DAYS: i64 = 5 * 366;
+
 /// The most slots one computation enumerates.
 const MAX_SLOTS: usize = 10_000;
 
@@ -58,7 +61,8 @@ pub enum When {
         /// The interval in milliseconds (≥ 1000).
         every_ms: u64,
     },
-    /// A cron expression (5 or 6 fields, croner's syntax) in an IANA time zone.
+    /// A cron expression (5 to 7 fields, croner's syntax: `[sec] min hour dom month dow
+    /// [year]`) in an IANA time zone.
     Cron {
         /// The expression.
         cron: String,
@@ -142,13 +146,15 @@ impl WhenFields {
 }
 
 /// A schedule's timing from its fields: exactly one of `every` (`90s`, `10m`, `1h`: at
-/// least one second) and `cron` (5 or 6 fields), and `tz` (an IANA zone; default UTC) only
-/// with `cron`: an interval counts from the schedule's creation and has no zone.
+/// least one second) and `cron` (5 to 7 fields: `min hour dom month dow`, with an optional
+/// leading seconds field and an optional trailing year; or `@daily` and the like), and
+/// `tz` (an IANA zone; default UTC) only with `cron`: an interval counts from the
+/// schedule's creation and has no zone.
 ///
 /// # Errors
 ///
 /// A usage error naming the field at fault (both, for `tz` with `every`), as `fields`
-/// names them.
+/// names them; for a cron expression with no slot in the next 5 years too.
 pub fn parse_when(
     every: Option<&str>,
     cron: Option<&str>,
@@ -189,8 +195,17 @@ pub fn parse_when(
                 ))
             })?;
             let when = When::Cron { cron: expression.to_owned(), tz: zone.to_owned() };
-            Compiled::of(&when)?;
-            Ok(when)
+            // One that parses may still never match (`0 0 30 2 *`, 30 February): it would
+            // be stored and never fire, so it is refused here.
+            let now = Utc::now();
+            let horizon = now + TimeDelta::days(FIRES_WITHIN_DAYS);
+            match Compiled::of(&when)?.next_after(now, now) {
+                Some(next) if next <= horizon => Ok(when),
+                _ => Err(usage(format!(
+                    "{cron_field} {expression:?} never fires in the next 5 years (a date no \
+                     month has, such as 30 February, or a year long past): give one that does"
+                ))),
+            }
         }
     }
 }
@@ -401,6 +416,8 @@ pub struct Tick {
     pub buffered: Vec<(uuid::Uuid, DateTime<Utc>)>,
     /// Fires recorded failed because their holder died.
     pub recovered: Vec<(uuid::Uuid, DateTime<Utc>)>,
+    /// Schedules whose stored spec cannot be read (schedule, why): they never fire.
+    pub unreadable: Vec<(uuid::Uuid, String)>,
 }
 
 /// Claims and fires the slots of every schedule in the store.
@@ -410,6 +427,8 @@ pub struct Scheduler {
     clock: Arc<dyn Clock>,
     holder: String,
     firer: Arc<dyn Firer>,
+    /// Schedules already warned about (an unreadable spec), so each is warned of once.
+    warned: Arc<Mutex<std::collections::HashSet<uuid::Uuid>>>,
 }
 
 impl Scheduler {
@@ -420,7 +439,7 @@ impl Scheduler {
         holder: impl Into<String>,
         firer: Arc<dyn Firer>,
     ) -> Scheduler {
-        Scheduler { store, clock, holder: holder.into(), firer }
+        Scheduler { store, clock, holder: holder.into(), firer, warned: Arc::default() }
     }
 
     /// One pass: unsettled fires of dead holders are recorded failed, then every schedule
@@ -440,8 +459,18 @@ impl Scheduler {
             if row.paused {
                 continue;
             }
-            let Ok(spec) = serde_json::from_value::<ScheduleSpec>(row.spec.clone()) else {
-                continue;
+            let spec = match serde_json::from_value::<ScheduleSpec>(row.spec.clone()) {
+                Ok(spec) => spec,
+                Err(error) => {
+                    // Written behind keel's back or by another version: it never fires, and
+                    // says so once per host (not every tick).
+                    let why = format!("its stored spec is not one this keel reads: {error}");
+                    if self.warned.lock().unwrap_or_else(PoisonError::into_inner).insert(row.id) {
+                        eprintln!("keel serve: warning: schedule {} never fires: {why}", row.id);
+                    }
+                    tick.unreadable.push((row.id, why));
+                    continue;
+                }
             };
             if let Err(error) = self.tick_one(&row, &spec, &mut tick).await {
                 eprintln!("keel serve: schedule {}: {error:#}", row.id);

@@ -694,6 +694,16 @@ async fn schedule_into_a_session_fires_turns_and_admission_is_checked_at_every_f
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // A cron that never fires (30 February) is refused, naming it.
+    let (status, body) = host
+        .post(
+            "/v1/schedules",
+            json!({"cron": "0 0 30 2 *", "session_id": session, "task": "again"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("\"cron\" \"0 0 30 2 *\" never fires"), "{body}");
     let (status, body) = host
         .post("/v1/schedules", json!({"every": "1s", "session_id": session, "task": "again"}))
         .await;
@@ -823,6 +833,9 @@ fn bad_schedule_flags_are_usage_errors_that_name_the_flag() {
         (&["--every", "soon"][..], &["--every \"soon\""][..]),
         (&["--cron", "0 9 * *"][..], &["--cron \"0 9 * *\""][..]),
         (&["--cron", "0 9 * * *", "--tz", "Mars/Base"][..], &["--tz \"Mars/Base\""][..]),
+        // 30 February: parses, never fires; refused rather than stored to never fire.
+        (&["--cron", "0 0 30 2 *"][..], &["--cron \"0 0 30 2 *\" never fires"][..]),
+        (&["--cron", "0 0 9 1 1 * 2030 1"][..], &["between 5 and 7 fields"][..]),
         // Beyond 100 years: refused, never stored to overflow the host's arithmetic.
         (&["--every", "2s", "--catch-up", "10000000000000s"][..], &["--catch-up"][..]),
         (&["--every", "10000000000000s"][..], &["--every \"10000000000000s\""][..]),

@@ -403,3 +403,47 @@ async fn a_stored_huge_catch_up_neither_panics_nor_stops_other_schedules() {
     assert_eq!(fired, want, "both schedules fire their first slot");
     assert_eq!(f.states().await, vec![(1, "fired")]);
 }
+
+#[test]
+fn a_cron_that_never_fires_is_refused_naming_it_and_5_to_7_fields_parse() {
+    let message =
+        |cron, fields| format!("{:#}", parse_when(None, Some(cron), None, fields).unwrap_err());
+    let feb_30 = message("0 0 30 2 *", WhenFields::FLAGS);
+    assert!(
+        feb_30.starts_with("--cron \"0 0 30 2 *\" never fires in the next 5 years"),
+        "{feb_30}"
+    );
+    let over_http = message("0 0 30 2 *", WhenFields::JSON);
+    assert!(over_http.starts_with("\"cron\" \"0 0 30 2 *\" never fires"), "{over_http}");
+    // A year long past (the seventh field) never fires either.
+    assert!(message("0 0 0 1 1 * 2020", WhenFields::FLAGS).contains("never fires"));
+    // The neighbours: a leap day fires (in 2028 at the latest), and so do 6 and 7 fields.
+    for cron in ["0 0 29 2 *", "30 0 9 * * MON-FRI", "0 0 9 1 1 * 2030", "@daily"] {
+        assert!(parse_cron(cron, None).is_ok(), "{cron}");
+    }
+    // What the help text says is what the parser says: 5 to 7 fields.
+    let eight = message("0 0 9 1 1 * 2030 1", WhenFields::FLAGS);
+    assert!(eight.contains("between 5 and 7 fields"), "{eight}");
+    assert!(message("9 * *", WhenFields::FLAGS).contains("between 5 and 7 fields"));
+}
+
+#[tokio::test]
+async fn an_unreadable_stored_spec_is_reported_and_other_schedules_still_fire() {
+    let f = fixture(Overlap::Skip).await;
+    // Written behind keel's back: not a spec this keel reads.
+    let bad = ScheduleRow {
+        id: uuid::Uuid::now_v7(),
+        created_at: f.clock.peek(),
+        paused: false,
+        spec: serde_json::json!({"when": {"hourly": true}, "task": "x"}),
+    };
+    f.store.add_schedule(&bad).await.unwrap();
+    let tick = f.minute().await;
+    assert_eq!(tick.unreadable.len(), 1, "{tick:?}");
+    assert_eq!(tick.unreadable[0].0, bad.id);
+    assert!(tick.unreadable[0].1.contains("stored spec is not one this keel reads"), "{tick:?}");
+    assert_eq!(tick.fired.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![f.id]);
+    // Reported on every tick (for callers), warned on stderr once.
+    assert_eq!(f.minute().await.unreadable.len(), 1);
+    assert!(f.store.fires(bad.id, 10).await.unwrap().is_empty());
+}
