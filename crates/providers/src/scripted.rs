@@ -28,6 +28,9 @@ use keel_contracts::{
 };
 use serde::Deserialize;
 
+/// The largest script file [`ScriptedModel::from_path`] loads, in bytes (16 MiB).
+pub const MAX_SCRIPT_BYTES: u64 = 16 * 1024 * 1024;
+
 /// A script that could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -39,6 +42,27 @@ pub enum ScriptError {
         path: String,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// The path is not a regular file (a FIFO, device or folder): never read, so a named
+    /// pipe cannot hang keel.
+    #[error(
+        "cannot read script {path}: it is not a regular file (a FIFO, device or folder is never read)"
+    )]
+    NotRegular {
+        /// The path given.
+        path: String,
+    },
+    /// The file is larger than [`MAX_SCRIPT_BYTES`].
+    #[error(
+        "cannot read script {path}: it is {size} bytes, more than the {cap} bytes a script may have"
+    )]
+    TooLarge {
+        /// The path given.
+        path: String,
+        /// Its size in bytes (as far as it was read).
+        size: u64,
+        /// [`MAX_SCRIPT_BYTES`].
+        cap: u64,
     },
     /// The file is not a valid script.
     #[error("invalid script {path}: {source}")]
@@ -171,16 +195,45 @@ impl ScriptedModel {
         ScriptedModel { script, name: name.into() }
     }
 
-    /// Loads a script file.
+    /// Loads a script file: a regular file of at most [`MAX_SCRIPT_BYTES`]. It is opened
+    /// without blocking and checked on the open descriptor (`fstat`) before any read, so a
+    /// FIFO or device at the path (even one swapped in after a look) never hangs the load.
     ///
     /// # Errors
     ///
-    /// [`ScriptError::Read`] when the file cannot be read, [`ScriptError::Parse`] when it
-    /// is not a script (unknown fields are errors, so typos do not pass silently).
+    /// [`ScriptError::Read`] when the file cannot be read, [`ScriptError::NotRegular`] for
+    /// a FIFO, device or folder, [`ScriptError::TooLarge`] past the cap,
+    /// [`ScriptError::Parse`] when it is not a script (unknown fields are errors, so typos
+    /// do not pass silently).
     pub fn from_path(path: &Path) -> Result<ScriptedModel, ScriptError> {
+        use std::io::Read as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ScriptError::Read { path: shown.clone(), source })?;
+        let read_error = |source| ScriptError::Read { path: shown.clone(), source };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+            .open(path)
+            .map_err(read_error)?;
+        let metadata = file.metadata().map_err(read_error)?;
+        if !metadata.is_file() {
+            return Err(ScriptError::NotRegular { path: shown });
+        }
+        let too_large =
+            |size| ScriptError::TooLarge { path: shown.clone(), size, cap: MAX_SCRIPT_BYTES };
+        if metadata.len() > MAX_SCRIPT_BYTES {
+            return Err(too_large(metadata.len()));
+        }
+        // Read at most one byte past the cap: a file that grows after the look is caught.
+        let mut bytes = Vec::new();
+        file.take(MAX_SCRIPT_BYTES + 1).read_to_end(&mut bytes).map_err(read_error)?;
+        let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        if size > MAX_SCRIPT_BYTES {
+            return Err(too_large(size));
+        }
+        let text = String::from_utf8(bytes).map_err(|error| {
+            read_error(std::io::Error::new(std::io::ErrorKind::InvalidData, error))
+        })?;
         let script: Script = serde_json::from_str(&text)
             .map_err(|source| ScriptError::Parse { path: shown.clone(), source })?;
         Ok(ScriptedModel::new(script, shown))

@@ -26,6 +26,15 @@ pub enum OpenError {
         #[source]
         source: std::io::Error,
     },
+    /// The ledger (or its `-wal`, `-shm` or `-journal` file) is not a regular file: a FIFO,
+    /// device or folder there would hang or break SQLite's open, so it is refused unopened.
+    #[error("ledger {path} is not a regular file (it is {kind}); keel never opens it")]
+    NotRegular {
+        /// The offending file.
+        path: PathBuf,
+        /// What it is: `a FIFO (named pipe)`, `a directory`, `a device`, ….
+        kind: &'static str,
+    },
     /// SQLite could not open, configure or migrate the file.
     #[error("cannot open ledger {path}")]
     Sqlite {

@@ -129,6 +129,7 @@ impl SqliteStore {
             create_private_dir(parent)
                 .map_err(|source| OpenError::CreateDir { path: parent.to_path_buf(), source })?;
         }
+        refuse_non_regular(&path)?;
         create_private_file(&path)
             .map_err(|source| OpenError::CreateFile { path: path.clone(), source })?;
         let mut connection = Connection::open(&path).map_err(sqlite_error(&path))?;
@@ -168,6 +169,7 @@ impl SqliteStore {
     /// keel wrote the file.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Option<SqliteStore>, OpenError> {
         let path = path.as_ref().to_path_buf();
+        refuse_non_regular(&path)?;
         if !path.try_exists().unwrap_or(false) {
             return Ok(None);
         }
@@ -1283,6 +1285,35 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 /// Creates the ledger file with mode 0600 when it does not exist, so SQLite (which gives
 /// its `-wal` and `-shm` files the mode of the database file) never makes a readable one.
 /// An existing file keeps its mode: the user may have chosen it.
+/// Refuses a ledger whose file, or one of SQLite's files beside it, exists and is not a
+/// regular file: SQLite opens them blocking, so a FIFO there would hang keel forever. It
+/// is a `stat` (following symlinks), never an open, so the check itself cannot block.
+/// What does not exist (yet) passes; what cannot be inspected is left to SQLite's error.
+fn refuse_non_regular(path: &Path) -> Result<(), OpenError> {
+    use std::os::unix::fs::FileTypeExt as _;
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let Ok(metadata) = std::fs::metadata(&name) else { continue };
+        let kind = metadata.file_type();
+        let kind = if kind.is_file() {
+            continue;
+        } else if kind.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_block_device() || kind.is_char_device() {
+            "a device"
+        } else {
+            "not a file"
+        };
+        return Err(OpenError::NotRegular { path: PathBuf::from(name), kind });
+    }
+    Ok(())
+}
+
 fn create_private_file(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {

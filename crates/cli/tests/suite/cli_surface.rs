@@ -1021,3 +1021,102 @@ fn a_stopped_run_whose_lease_lapsed_is_running_and_keel_stop_cancels_it() {
         "running"
     );
 }
+
+/// Runs `command` (stdout and stderr captured, stdin closed), failing the test instead of
+/// hanging when it has not ended within 30 s.
+fn output_within_30s(mut command: std::process::Command) -> std::process::Output {
+    let mut child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let output = child.wait_with_output().unwrap();
+            panic!("keel hung; stderr: {}", stderr(&output));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let status = std::process::Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// A FIFO given as the scripted model's file is refused (exit 2), never opened for a
+/// blocking read that would hang keel; so is a script past the 16 MiB cap. The neighbour:
+/// a regular script beside them runs.
+#[test]
+fn redteam_input_a_fifo_or_oversized_scripted_model_file_is_refused_not_hung() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let fifo = env.scratch.path().join("script.fifo");
+    mkfifo(&fifo);
+    let run = |model: String| {
+        let mut command = env.keel();
+        command.args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "hi"]);
+        output_within_30s(command)
+    };
+    let output = run(format!("scripted:{}", fifo.display()));
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("is not a regular file"), "{}", stderr(&output));
+    let huge = env.scratch.path().join("huge.json");
+    std::fs::File::create(&huge).unwrap().set_len(16 * 1024 * 1024 + 1).unwrap();
+    let output = run(format!("scripted:{}", huge.display()));
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("more than the 16777216 bytes"), "{}", stderr(&output));
+    let hello = env.write_script("hello.json", r#"{"steps":[{"text":"hello there"}]}"#);
+    let output = run(format!("scripted:{}", hello.display()));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "hello there\n");
+}
+
+/// A FIFO at `KEEL_HOME/keel.sqlite` (or at its `-wal`) is refused with a clear error by
+/// the listing and by a run, never opened (SQLite's blocking open would hang). The
+/// neighbour: with a regular ledger there, both work.
+#[test]
+fn redteam_home_a_fifo_as_the_ledger_is_refused_not_hung() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let ledger = env.home.path().join("keel.sqlite");
+    let hello = scripted(&env, r#"{"steps":[{"text":"hello there"}]}"#);
+    let keel = |args: &[&str]| {
+        let mut command = env.keel();
+        command.args(args);
+        output_within_30s(command)
+    };
+    let run_args = ["run", "-C", ws.to_str().unwrap(), "-m", hello.as_str(), "hi"];
+    mkfifo(&ledger);
+    for args in [&["sessions"][..], &run_args[..]] {
+        let output = keel(args);
+        assert_ne!(output.status.code(), Some(0), "{args:?}");
+        let err = stderr(&output);
+        assert!(
+            err.contains(&format!("ledger {} is not a regular file", ledger.display())),
+            "{err}"
+        );
+        assert!(err.contains("FIFO"), "{err}");
+    }
+    std::fs::remove_file(&ledger).unwrap();
+    let output = keel(&run_args);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // A FIFO beside a real ledger, as its WAL, is refused too.
+    let wal = env.home.path().join("keel.sqlite-wal");
+    let _ = std::fs::remove_file(&wal);
+    mkfifo(&wal);
+    let output = keel(&["sessions"]);
+    assert!(
+        stderr(&output).contains("keel.sqlite-wal is not a regular file"),
+        "{}",
+        stderr(&output)
+    );
+    std::fs::remove_file(&wal).unwrap();
+    let output = keel(&["sessions"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output).lines().count(), 1, "{}", stdout(&output));
+}
