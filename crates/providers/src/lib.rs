@@ -66,4 +66,4 @@ pub use openai::{OpenAiChat, OpenAiConfig};
 #[cfg(feature = "openai")]
 pub use responses::{OpenAiResponses, ResponsesOptions};
 pub use retry::RetryPolicy;
-pub use scripted::{ScriptError, ScriptedModel};
+pub use scripted::{MAX_SCRIPT_BYTES, ScriptError, ScriptedModel};
