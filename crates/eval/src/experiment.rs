@@ -203,8 +203,10 @@ fn parse_spec(ledger: &EvalLedger, json: &str) -> Result<ExperimentSpec> {
 }
 
 /// Every task of `spec`, loaded, once every task and subject has been checked: a task
-/// folder that does not load (`task.toml`, `instruction.md`, their values) or has no
-/// `tests/test.sh` (nor `solution/solve.sh` when `oracle` is a subject), and a subject no
+/// folder that does not load (`task.toml`, `instruction.md`, their values), whose
+/// `tests/` or `environment/` (or `solution/` with `oracle`) is a symbolic link, or has no
+/// `tests/test.sh` (nor `solution/solve.sh` when `oracle` is a subject), a dataset entry
+/// that is a symbolic link to a folder, and a subject no
 /// agent can be built for ([`attempt::check_subject`]), are found before any attempt runs.
 ///
 /// # Errors
@@ -230,6 +232,17 @@ fn checked(
     let mut tasks = Vec::new();
     for (name, dir) in &folders {
         let loaded = task::load(name, dir).and_then(|task| {
+            // `tests/test.sh` through a linked `tests/` would pass the file check below.
+            let mut folders = vec!["tests", "environment"];
+            if oracle {
+                folders.push("solution");
+            }
+            let is_link = |folder: &&str| {
+                dir.join(folder).symlink_metadata().is_ok_and(|meta| meta.is_symlink())
+            };
+            if let Some(folder) = folders.into_iter().find(is_link) {
+                return Err(TaskError::Linked { folder: folder.to_owned() });
+            }
             let mut needed = vec!["tests/test.sh"];
             if oracle {
                 needed.push("solution/solve.sh");

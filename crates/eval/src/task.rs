@@ -101,6 +101,15 @@ pub enum TaskError {
         /// Why.
         reason: String,
     },
+    /// A folder of the task (`tests/`, `environment/`, `solution/`) is a symbolic link:
+    /// a task's folders are its own, and a link could point anywhere outside it.
+    #[error(
+        "{folder}/ is a symbolic link (a task's folders are its own; it could point outside the task)"
+    )]
+    Linked {
+        /// The folder, relative to the task folder.
+        folder: String,
+    },
     /// `task.toml` is not valid TOML or a field has the wrong type.
     #[error("task.toml is malformed: {reason}")]
     Malformed {
@@ -170,12 +179,14 @@ pub fn is_task_folder(dir: &Path) -> bool {
 }
 
 /// The task folders of `path`: itself when it is a task folder, else its sub-folders (a
-/// dataset), sorted by name. Entries that are not directories (a README) are skipped, and
-/// so are symbolic links (a dataset's tasks are its own folders).
+/// dataset), sorted by name. Entries that are not directories (a README, a link to a
+/// file) and hidden ones are skipped; a symbolic link to a folder is refused (a dataset's
+/// tasks are its own folders, and a link could point anywhere).
 ///
 /// # Errors
 ///
-/// The I/O error when `path` cannot be listed.
+/// The I/O error when `path` cannot be listed; an error naming every entry that is a
+/// symbolic link to a folder.
 pub fn task_folders(path: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
     if is_task_folder(path) {
         let name = path
@@ -185,17 +196,30 @@ pub fn task_folders(path: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
         return Ok(vec![(name, path.to_path_buf())]);
     }
     let mut folders = Vec::new();
+    let mut linked = Vec::new();
     for entry in std::fs::read_dir(path)? {
         let entry = entry?;
         let file_type = entry.file_type()?;
-        if !file_type.is_dir() {
-            continue;
-        }
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with('.') {
             continue;
         }
+        if file_type.is_symlink() && entry.path().metadata().is_ok_and(|meta| meta.is_dir()) {
+            linked.push(entry.path().display().to_string());
+            continue;
+        }
+        if !file_type.is_dir() {
+            continue;
+        }
         folders.push((name, entry.path()));
+    }
+    if !linked.is_empty() {
+        linked.sort();
+        return Err(std::io::Error::other(format!(
+            "{} is a symbolic link to a folder (a dataset's tasks are its own folders); \
+             refused",
+            linked.join(", ")
+        )));
     }
     folders.sort();
     Ok(folders)

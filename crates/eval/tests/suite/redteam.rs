@@ -2,7 +2,7 @@
 //! that link outside, reward files that are FIFOs or huge. Each is blocked, and a
 //! legitimate neighbour in the same dataset still passes.
 
-use keel_eval::Class;
+use keel_eval::{Class, ExperimentSpec};
 
 use super::support::{Lab, TaskBuilder, by_task};
 
@@ -167,4 +167,65 @@ async fn redteam_eval_links_left_in_logs_never_carry_keels_writes_out() {
     let linked = by_task(&records, "file-link", "oracle")[0];
     assert_eq!(linked.class, Class::Passed, "{linked:?}");
     assert_eq!(by_task(&records, "neighbour", "oracle")[0].class, Class::Passed);
+}
+
+/// The up-front check refuses a task whose `tests/` or `environment/` is a symbolic link
+/// (it could point anywhere outside the task, and `tests/test.sh` through it looks like a
+/// file of the task), and a dataset entry that is a link to a task folder elsewhere: a
+/// usage error naming each, before any attempt. The neighbour: the same dataset without
+/// them runs, and its task passes.
+#[tokio::test]
+async fn redteam_eval_linked_task_folders_are_refused_before_any_attempt() {
+    let lab = Lab::new();
+    let dataset = lab.dataset();
+    let elsewhere = lab.scratch.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let outside = TaskBuilder::new(&elsewhere, "outside");
+    TaskBuilder::new(&dataset, "fine");
+    let context = lab.context();
+    let check = |subjects: &[&str]| {
+        let subjects: Vec<String> = subjects.iter().map(|s| (*s).to_owned()).collect();
+        ExperimentSpec::new(&dataset, &subjects, 1, lab.scratch.path()).unwrap()
+    };
+
+    // A task folder that is a link into another place.
+    let linked_task = dataset.join("linked-task");
+    std::os::unix::fs::symlink(&outside.dir, &linked_task).unwrap();
+    let error = keel_eval::run(&check(&["oracle"]), &lab.out(), &context).await.unwrap_err();
+    let keel_eval::Error::Usage(message) = &error else { panic!("not a usage error: {error:?}") };
+    let named = format!("{} is a symbolic link to a folder", linked_task.display());
+    assert!(message.contains(&named), "{message}");
+    assert!(!lab.out().exists(), "nothing was written before the check");
+    std::fs::remove_file(&linked_task).unwrap();
+
+    // A task's `tests/` and another's `environment/` that link outside the task.
+    let tests = TaskBuilder::new(&dataset, "linked-tests");
+    std::fs::remove_dir_all(tests.dir.join("tests")).unwrap();
+    std::os::unix::fs::symlink(outside.dir.join("tests"), tests.dir.join("tests")).unwrap();
+    let environment = TaskBuilder::new(&dataset, "linked-env");
+    std::fs::remove_dir_all(environment.dir.join("environment")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.dir.join("environment"),
+        environment.dir.join("environment"),
+    )
+    .unwrap();
+    let error = keel_eval::run(&check(&["oracle"]), &lab.out(), &context).await.unwrap_err();
+    let keel_eval::Error::Usage(message) = &error else { panic!("not a usage error: {error:?}") };
+    for named in [
+        "task linked-tests",
+        "tests/ is a symbolic link",
+        "task linked-env",
+        "environment/ is a symbolic link",
+    ] {
+        assert!(message.contains(named), "{named:?} not in {message}");
+    }
+    assert!(!message.contains("task fine"), "{message}");
+    assert!(!lab.out().exists(), "nothing was written before the check");
+
+    for linked in [&tests.dir, &environment.dir] {
+        std::fs::remove_dir_all(linked).unwrap();
+    }
+    let (summary, records) = lab.run(&dataset, &["oracle"], 1).await;
+    assert_eq!(summary.cells, 1);
+    assert_eq!(by_task(&records, "fine", "oracle")[0].class, Class::Passed);
 }
