@@ -35,6 +35,16 @@ pub enum OpenError {
         /// What it is: `a FIFO (named pipe)`, `a directory`, `a device`, ….
         kind: &'static str,
     },
+    /// The ledger's folder cannot be written (a read-only KEEL_HOME) and the ledger cannot
+    /// be read without writing beside it (its `-wal` must be indexed in a `-shm` SQLite
+    /// cannot create there).
+    #[error("ledger {path} cannot be read: its folder (KEEL_HOME) cannot be written and {why}")]
+    ReadOnlyHome {
+        /// The ledger file.
+        path: PathBuf,
+        /// What would need writing.
+        why: String,
+    },
     /// SQLite could not open, configure or migrate the file.
     #[error("cannot open ledger {path}")]
     Sqlite {

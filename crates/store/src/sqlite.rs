@@ -159,23 +159,31 @@ impl SqliteStore {
     /// `Ok(None)` when the file cannot be read as it is: it does not exist, it is not in WAL
     /// mode, its schema is older than [`SCHEMA_VERSION`] (migrating it is a write), or a
     /// process killed while writing it left a repair to do first (a hot rollback journal, a
-    /// WAL index to rebuild). [`SqliteStore::open`] it then.
+    /// WAL index to rebuild). [`SqliteStore::open`] it then. In a folder it cannot write
+    /// (a read-only `KEEL_HOME`), where SQLite cannot create the `-shm` index, a ledger
+    /// with no `-wal` and no `-journal` beside it is read `immutable=1` (the file alone is
+    /// the whole ledger).
     ///
     /// This blocks on disk; call it at startup or from a blocking task.
     ///
     /// # Errors
     ///
     /// [`OpenError::Sqlite`] when SQLite fails; [`OpenError::NewerSchema`] when a newer
-    /// keel wrote the file.
+    /// keel wrote the file; [`OpenError::NotRegular`] for a FIFO, device or folder there;
+    /// [`OpenError::ReadOnlyHome`] when the folder cannot be written and the ledger has a
+    /// `-wal` or `-journal` that reading it would need to write beside.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Option<SqliteStore>, OpenError> {
         let path = path.as_ref().to_path_buf();
         refuse_non_regular(&path)?;
         if !path.try_exists().unwrap_or(false) {
             return Ok(None);
         }
-        let (connection, found) = match read_only_connection(&path) {
+        let (connection, found) = match read_only_connection(&path, false) {
             Ok(Some(opened)) => opened,
             Ok(None) => return Ok(None),
+            // In a folder it cannot write, SQLite cannot create the `-shm` index a WAL
+            // reader needs (and the writer's open could not write either).
+            Err(source) if cannot_create_shm(&path, &source) => read_in_read_only_folder(&path)?,
             // A process killed mid-write left the file needing a write before it can be
             // read (a hot rollback journal from its first moments, or a WAL index to
             // rebuild): the writer's open does that repair.
@@ -1204,17 +1212,82 @@ fn is_busy(error: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
 
 /// Opens `path` read-only and reads its schema version: `None` when it is not a WAL
 /// ledger with a `schema_version` table, `Some((connection, None))` when that table is empty.
-fn read_only_connection(path: &Path) -> rusqlite::Result<Option<(Connection, Option<i64>)>> {
-    let connection = Connection::open_with_flags(
-        path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
-            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
-            | rusqlite::OpenFlags::SQLITE_OPEN_URI,
-    )?;
+/// Whether a read-only open failed because SQLite could not create the ledger's `-shm`
+/// index: `SQLITE_CANTOPEN` while no `-shm` exists (a read-only connection creates one
+/// wherever it can, so the folder cannot be written).
+fn cannot_create_shm(path: &Path, error: &rusqlite::Error) -> bool {
+    let mut shm = path.as_os_str().to_owned();
+    shm.push("-shm");
+    error.sqlite_error().map(|error| error.code) == Some(rusqlite::ErrorCode::CannotOpen)
+        && Path::new(&shm).symlink_metadata().is_err()
+}
+
+/// The read-only open of a ledger in a read-only folder: with no `-wal` and no
+/// `-journal` beside it, the file alone is the whole ledger, and SQLite reads it
+/// `immutable=1` (no `-shm`, no locks: nothing can be written there). A `-wal` or a
+/// `-journal` would need a write to read correctly, so that is a clear error, never a
+/// read that skips committed events.
+fn read_in_read_only_folder(path: &Path) -> Result<(Connection, Option<i64>), OpenError> {
+    for (suffix, why) in [
+        ("-wal", "its write-ahead log (-wal) needs an index (-shm) created beside it"),
+        ("-journal", "its rollback journal (-journal) must be rolled back first"),
+    ] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        if Path::new(&name).symlink_metadata().is_ok() {
+            return Err(OpenError::ReadOnlyHome {
+                path: path.to_path_buf(),
+                why: format!(
+                    "{why}; make the folder writable (or copy it somewhere writable and point \
+                     KEEL_HOME there)"
+                ),
+            });
+        }
+    }
+    match read_only_connection(path, true) {
+        Ok(Some(opened)) => Ok(opened),
+        Ok(None) => Err(OpenError::ReadOnlyHome {
+            path: path.to_path_buf(),
+            why: "the file is not a keel ledger this version reads without migrating it".into(),
+        }),
+        Err(source) => Err(sqlite_error(path)(source)),
+    }
+}
+
+/// `path` as an SQLite `file:` URI: every byte but unreserved ones percent-encoded.
+fn file_uri(path: &Path, query: &str) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut uri = String::from("file:");
+    for byte in path.as_os_str().as_bytes() {
+        match byte {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'/' | b'-' | b'.' | b'_' | b'~' => {
+                uri.push(char::from(*byte));
+            }
+            _ => uri.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    uri.push('?');
+    uri.push_str(query);
+    uri
+}
+
+fn read_only_connection(
+    path: &Path,
+    immutable: bool,
+) -> rusqlite::Result<Option<(Connection, Option<i64>)>> {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | rusqlite::OpenFlags::SQLITE_OPEN_URI;
+    let connection = if immutable {
+        Connection::open_with_flags(file_uri(path, "immutable=1"), flags)?
+    } else {
+        Connection::open_with_flags(path, flags)?
+    };
     connection.busy_timeout(BUSY_TIMEOUT)?;
+    // An immutable open reports journal mode `delete` whatever the file's header says.
     let journal_mode: String =
         connection.pragma_query_value(None, "journal_mode", |row| row.get(0))?;
-    if !journal_mode.eq_ignore_ascii_case("wal") {
+    if !immutable && !journal_mode.eq_ignore_ascii_case("wal") {
         return Ok(None);
     }
     let has_version: bool = connection.query_row(

@@ -1120,3 +1120,70 @@ fn redteam_home_a_fifo_as_the_ledger_is_refused_not_hung() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(stdout(&output).lines().count(), 1, "{}", stdout(&output));
 }
+
+/// `keel ARGS` with `KEEL_HOME` bind-mounted read-only in a private mount namespace (a
+/// read-only mount binds root too, unlike permission bits); the shell first proves the
+/// folder cannot be written.
+fn keel_in_read_only_home(env: &Env, args: &[&str]) -> std::process::Output {
+    let keel = env.keel();
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args(["-m", "sh", "-c"])
+        .arg(
+            "mount --bind \"$KEEL_HOME\" \"$KEEL_HOME\" && mount -o remount,bind,ro \"$KEEL_HOME\" \
+             && ! touch \"$KEEL_HOME/probe\" 2>/dev/null && exec \"$0\" \"$@\"",
+        )
+        .arg(keel.get_program())
+        .args(args);
+    for (key, value) in keel.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    output_within_30s(command)
+}
+
+/// With `KEEL_HOME` read-only and only the ledger file there (no `-wal`, no `-shm`),
+/// `keel sessions` and `keel log` still read it; with a `-wal` that would need a `-shm`
+/// created beside it, they say clearly that KEEL_HOME cannot be written. The neighbour:
+/// writable again, the same home lists as before.
+#[test]
+fn sessions_and_log_read_a_ledger_in_a_read_only_keel_home() {
+    let env = Env::new();
+    let ws = env.workspace();
+    let hello = scripted(&env, r#"{"steps":[{"text":"hello there"}]}"#);
+    let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &hello, "--json", "hi"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let session = json_lines(&output)[0]["session_id"].as_str().unwrap().to_owned();
+    let ledger = env.home.path().join("keel.sqlite");
+    let beside = |suffix: &str| env.home.path().join(format!("keel.sqlite{suffix}"));
+    // Checkpointed and closed by the last connection: the file alone is the ledger.
+    {
+        let connection = rusqlite::Connection::open(&ledger).unwrap();
+        connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).unwrap();
+    }
+    assert!(!beside("-wal").exists() && !beside("-shm").exists());
+    let before = std::fs::read(&ledger).unwrap();
+
+    let listed = keel_in_read_only_home(&env, &["sessions"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    assert!(stdout(&listed).contains(&session) && stdout(&listed).contains("completed"));
+    let log = keel_in_read_only_home(&env, &["log", &session]);
+    assert_eq!(log.status.code(), Some(0), "{}", stderr(&log));
+    assert!(stdout(&log).contains("hello there"), "{}", stdout(&log));
+    assert_eq!(std::fs::read(&ledger).unwrap(), before);
+
+    // A WAL beside it (its events may be only there): a clear error, never a short read.
+    std::fs::copy(&ledger, beside("-wal")).unwrap();
+    let refused = keel_in_read_only_home(&env, &["sessions"]);
+    assert_ne!(refused.status.code(), Some(0));
+    let err = stderr(&refused);
+    assert!(err.contains("its folder (KEEL_HOME) cannot be written"), "{err}");
+    assert!(err.contains("-wal"), "{err}");
+    std::fs::remove_file(beside("-wal")).unwrap();
+
+    let listed = env.run(&["sessions"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    assert!(stdout(&listed).contains(&session));
+}
