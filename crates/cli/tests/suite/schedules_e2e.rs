@@ -1040,3 +1040,46 @@ async fn a_huge_catch_up_is_400_and_a_stored_one_stops_no_schedule() {
         assert!(fired.iter().any(|f| f.state == FireState::Fired), "{id}: {fired:?}");
     }
 }
+
+/// A stored schedule whose spec this keel cannot read (written by hand or another
+/// version) is not skipped unsaid: `keel serve` warns once on stderr, naming it and why,
+/// keeps ticking, and never panics. The neighbour: a good schedule beside it fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_warns_once_of_a_stored_schedule_it_cannot_read_and_fires_the_others() {
+    let env = Env::new();
+    let workspace = env.workspace();
+    let store: Arc<dyn Schedules> =
+        Arc::new(keel_store::SqliteStore::open(env.home.path().join("keel.sqlite")).unwrap());
+    let bad = keel_store::ScheduleRow {
+        id: uuid::Uuid::now_v7(),
+        created_at: chrono::Utc::now(),
+        paused: false,
+        spec: json!({"when": {"hourly": true}, "task": "never"}),
+    };
+    store.add_schedule(&bad).await.unwrap();
+    let host = Host::start(&env, &[], None);
+    let model = format!(
+        "scripted:{}",
+        env.write_script("t.json", r#"{"steps":[{"text":"one"}]}"#).display()
+    );
+    let (status, body) = host
+        .post(
+            "/v1/schedules",
+            json!({"every": "1s", "workspace": workspace, "model": model, "task": "tick"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let good = body["schedule_id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fires(&store, &good).await.is_empty() {
+        assert!(Instant::now() < deadline, "the good schedule never fired: {}", host.stderr());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Several ticks (250 ms apart) have passed; the warning was given once.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let err = host.stderr();
+    let warning = format!("keel serve: warning: schedule {} never fires: its stored spec", bad.id);
+    assert_eq!(err.matches(&warning).count(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(fires(&store, &bad.id.to_string()).await.is_empty());
+}
