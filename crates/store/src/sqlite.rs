@@ -1210,8 +1210,6 @@ fn is_busy(error: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
         == Some(rusqlite::ErrorCode::DatabaseBusy)
 }
 
-/// Opens `path` read-only and reads its schema version: `None` when it is not a WAL
-/// ledger with a `schema_version` table, `Some((connection, None))` when that table is empty.
 /// Whether a read-only open failed because SQLite could not create the ledger's `-shm`
 /// index: `SQLITE_CANTOPEN` while no `-shm` exists (a read-only connection creates one
 /// wherever it can, so the folder cannot be written).
@@ -1271,6 +1269,9 @@ fn file_uri(path: &Path, query: &str) -> String {
     uri
 }
 
+/// Opens `path` read-only (`immutable=1` when `immutable`) and reads its schema version:
+/// `None` when it is not a WAL ledger with a `schema_version` table,
+/// `Some((connection, None))` when that table is empty.
 fn read_only_connection(
     path: &Path,
     immutable: bool,
@@ -1355,9 +1356,6 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
-/// Creates the ledger file with mode 0600 when it does not exist, so SQLite (which gives
-/// its `-wal` and `-shm` files the mode of the database file) never makes a readable one.
-/// An existing file keeps its mode: the user may have chosen it.
 /// Refuses a ledger whose file, or one of SQLite's files beside it, exists and is not a
 /// regular file: SQLite opens them blocking, so a FIFO there would hang keel forever. It
 /// is a `stat` (following symlinks), never an open, so the check itself cannot block.
@@ -1387,6 +1385,9 @@ fn refuse_non_regular(path: &Path) -> Result<(), OpenError> {
     Ok(())
 }
 
+/// Creates the ledger file with mode 0600 when it does not exist, so SQLite (which gives
+/// its `-wal` and `-shm` files the mode of the database file) never makes a readable one.
+/// An existing file keeps its mode: the user may have chosen it.
 fn create_private_file(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
