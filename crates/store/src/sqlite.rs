@@ -65,10 +65,6 @@ pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
     /// Appends waiting for the next group commit, and whether a writer is running.
     queue: Arc<Mutex<Queue>>,
-    /// Lets one other operation on `connection` at a time wait for it on the blocking
-    /// pool; the rest wait here without a thread (many runs renewing leases at once would
-    /// otherwise park hundreds of pool threads on the connection's mutex).
-    writer_turn: Arc<tokio::sync::Semaphore>,
     /// Append transactions this handle committed.
     n_commits: Arc<AtomicU64>,
     /// The read connections of a file ledger; `None` in memory, where reads use the one
@@ -100,8 +96,14 @@ struct CancelProbe {
 #[derive(Default)]
 struct Queue {
     pending: Vec<QueuedAppend>,
+    /// Other writes (lease takes, run starts, cancels), run by the writer one after
+    /// another before its next group.
+    ops: Vec<QueuedOp>,
     writing: bool,
 }
+
+/// Another write on the connection, waiting in [`Queue`]: it answers its caller itself.
+type QueuedOp = Box<dyn FnOnce(&mut Connection) + Send>;
 
 /// One caller's append, waiting in [`SqliteStore`]'s queue.
 struct QueuedAppend {
@@ -222,7 +224,6 @@ impl SqliteStore {
         SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
             queue: Arc::new(Mutex::new(Queue::default())),
-            writer_turn: Arc::new(tokio::sync::Semaphore::new(1)),
             n_commits: Arc::new(AtomicU64::new(0)),
             readers: path.as_deref().map(readers::Readers::new),
             cancel_probe: Mutex::new(CancelProbe::default()),
@@ -243,9 +244,19 @@ impl SqliteStore {
         lease: Option<keel_contracts::Lease>,
     ) -> Result<(), AppendError> {
         let (answer, answered) = tokio::sync::oneshot::channel();
+        self.enqueue(|queue| queue.pending.push(QueuedAppend { batch, lease, answer }));
+        // The writer dropped this append's answer without sending it: it panicked.
+        answered.await.unwrap_or_else(|_| {
+            Err(AppendError::Backend { message: "the ledger writer stopped unexpectedly".into() })
+        })
+    }
+
+    /// Puts work in the writer's queue with `push`, and starts the writer on the blocking
+    /// pool when none is running.
+    fn enqueue(&self, push: impl FnOnce(&mut Queue)) {
         let start_writer = {
             let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-            queue.pending.push(QueuedAppend { batch, lease, answer });
+            push(&mut queue);
             !std::mem::replace(&mut queue.writing, true)
         };
         if start_writer {
@@ -254,10 +265,6 @@ impl SqliteStore {
             let n_commits = Arc::clone(&self.n_commits);
             tokio::task::spawn_blocking(move || write_groups(&connection, &queue, &n_commits));
         }
-        // The writer dropped this append's answer without sending it: it panicked.
-        answered.await.unwrap_or_else(|_| {
-            Err(AppendError::Backend { message: "the ledger writer stopped unexpectedly".into() })
-        })
     }
 
     /// How many append transactions this handle has committed: with group commit, fewer
@@ -271,12 +278,15 @@ impl SqliteStore {
         self.path.as_deref()
     }
 
-    /// Runs `op` on the connection in tokio's blocking pool, one such operation at a time
-    /// (the others wait for their turn without a thread).
+    /// Runs `op` on the connection on the writer's thread (the blocking pool), queued with
+    /// the appends: the writer runs every queued operation, one after another, before its
+    /// next group commit, so waiting operations hold no thread and do not each wait for a
+    /// group's fsync.
     ///
-    /// The blocking task owns everything it touches, so it runs to completion even when
-    /// the returned future is dropped: a transaction it began is committed or rolled back,
-    /// never left half done. Dropped while waiting for its turn, nothing runs.
+    /// The writer owns everything it touches, so an operation it began runs to completion
+    /// even when the returned future is dropped: a transaction it began is committed or
+    /// rolled back, never left half done. Dropped before the writer reaches it, nothing
+    /// runs. A panic in `op` is answered as `task_failed` and the writer goes on.
     async fn blocking<T, E>(
         &self,
         task_failed: fn(String) -> E,
@@ -286,29 +296,33 @@ impl SqliteStore {
         T: Send + 'static,
         E: Send + 'static,
     {
-        let connection = Arc::clone(&self.connection);
-        let Ok(turn) = Arc::clone(&self.writer_turn).acquire_owned().await else {
-            return Err(task_failed("the ledger's writer queue is closed".to_owned()));
-        };
-        let task = tokio::task::spawn_blocking(move || {
-            let _turn = turn;
-            // A panic inside `op` unwinds through rusqlite's `Transaction`, whose drop
-            // rolls back; the connection itself is still sound, so poisoning is ignored.
-            let mut connection = connection.lock().unwrap_or_else(PoisonError::into_inner);
-            if !connection.is_autocommit() {
-                // Defensive: never let a later operation run inside a stale transaction.
-                if let Err(error) = connection.execute_batch("ROLLBACK") {
-                    return Err(task_failed(format!(
-                        "cannot roll back stale transaction: {error}"
-                    )));
-                }
+        let (answer, answered) = tokio::sync::oneshot::channel::<Result<T, E>>();
+        let run: QueuedOp = Box::new(move |connection: &mut Connection| {
+            if answer.is_closed() {
+                // The caller stopped waiting before its turn: nothing runs.
+                return;
             }
-            op(&mut connection)
+            let result = if connection.is_autocommit() {
+                // A panic inside `op` unwinds through rusqlite's `Transaction`, whose drop
+                // rolls back; the connection itself is still sound.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(connection)))
+                    .unwrap_or_else(|_| Err(task_failed("ledger task panicked".to_owned())))
+            } else {
+                // Defensive: never let a later operation run inside a stale transaction.
+                match connection.execute_batch("ROLLBACK") {
+                    Ok(()) => {
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(connection)))
+                            .unwrap_or_else(|_| Err(task_failed("ledger task panicked".to_owned())))
+                    }
+                    Err(error) => {
+                        Err(task_failed(format!("cannot roll back stale transaction: {error}")))
+                    }
+                }
+            };
+            let _ = answer.send(result);
         });
-        match task.await {
-            Ok(result) => result,
-            Err(error) => Err(task_failed(format!("ledger task did not finish: {error}"))),
-        }
+        self.enqueue(|queue| queue.ops.push(run));
+        answered.await.unwrap_or_else(|_| Err(task_failed("ledger task did not finish".to_owned())))
     }
 }
 
@@ -761,15 +775,20 @@ fn write_groups(connection: &Mutex<Connection>, queue: &Mutex<Queue>, n_commits:
     let _stopped = WriterStopped(queue);
     loop {
         let mut connection = connection.lock().unwrap_or_else(PoisonError::into_inner);
-        let group = {
+        let (ops, group) = {
             let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
-            if queue.pending.is_empty() {
+            if queue.pending.is_empty() && queue.ops.is_empty() {
                 queue.writing = false;
                 return;
             }
-            std::mem::take(&mut queue.pending)
+            (std::mem::take(&mut queue.ops), std::mem::take(&mut queue.pending))
         };
-        commit_group(&mut connection, group, n_commits);
+        for op in ops {
+            op(&mut connection);
+        }
+        if !group.is_empty() {
+            commit_group(&mut connection, group, n_commits);
+        }
     }
 }
 
@@ -783,6 +802,7 @@ impl Drop for WriterStopped<'_> {
             let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
             queue.writing = false;
             queue.pending.clear();
+            queue.ops.clear();
         }
     }
 }

@@ -302,14 +302,18 @@ impl Host {
             drop(release);
             let _ = done_sender.send(report.map(|_| ()));
         });
-        // The run has started once its `run_started` is durable.
+        // The run has started once its `run_started` is durable. Each wake-up reads only
+        // the events after the last one seen, not everything since `last_seq` again.
+        let mut seen = last_seq;
         loop {
-            let recorded =
-                self.store.read(session_id, last_seq).await.map_err(ApiError::internal)?;
+            let recorded = self.store.read(session_id, seen).await.map_err(ApiError::internal)?;
             if let Some(started) =
                 recorded.iter().find(|event| matches!(event.kind, EventKind::RunStarted { .. }))
             {
                 return Ok(Started { turn_id: started.turn_id, run_id: started.run_id });
+            }
+            if let Some(last) = recorded.last() {
+                seen = last.seq;
             }
             tokio::select! {
                 _ = woken.changed() => {}
@@ -321,7 +325,7 @@ impl Host {
                             // It ended before we saw `run_started`: read once more.
                             let recorded = self
                                 .store
-                                .read(session_id, last_seq)
+                                .read(session_id, seen)
                                 .await
                                 .map_err(ApiError::internal)?;
                             recorded
