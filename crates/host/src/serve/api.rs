@@ -704,6 +704,9 @@ async fn answer_permission(
     Body(body): Body<AnswerBody>,
 ) -> Result<Response, ApiError> {
     let host = &state.host;
+    // Not while a takeover is closing and resuming runs (it may be this one's): the
+    // events read below then show what it did, and the run it resumed takes the answer.
+    let takeover = host.takeover.read().await;
     let (session_id, events) = answering(host, &id, &call_id, 256, "call id").await?;
     let answer = body.answer;
     if let Some(settled) = ledger::settled(&events, &call_id) {
@@ -748,6 +751,7 @@ async fn answer_permission(
             }
         }
     }
+    drop(takeover);
     // The answer counts once the kernel recorded it.
     let recorded = |events: &[keel_contracts::RuntimeEvent]| {
         let settled = ledger::settled(events, &call_id)?;

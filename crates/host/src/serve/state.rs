@@ -93,6 +93,12 @@ pub(crate) struct Host {
     active: Mutex<(u64, HashMap<SessionId, Active>)>,
     /// Schedules, fires and wakes (the same database as `store`), set once at start.
     pub(crate) schedules: std::sync::OnceLock<Arc<dyn keel_store::Schedules>>,
+    /// Held for writing by [`Host::take_over`] while it closes and resumes dead processes'
+    /// runs, and for reading by an answer deciding whether to resume the run it answers:
+    /// so an answer that comes while a takeover is closing that very run waits for it and
+    /// then finds the run resumed here, instead of losing the race for the lease and being
+    /// told another process drives the session.
+    pub(crate) takeover: tokio::sync::RwLock<()>,
 }
 
 impl Host {
@@ -105,6 +111,7 @@ impl Host {
             approvals: Arc::new(Approvals::default()),
             active: Mutex::new((0, HashMap::new())),
             schedules: std::sync::OnceLock::new(),
+            takeover: tokio::sync::RwLock::new(()),
         }
     }
 
@@ -377,6 +384,7 @@ impl Host {
     /// (`Kernel::repair_interrupted`), then resumes its turn here when its workspace is
     /// admitted. A live holder's run is left alone.
     pub(crate) async fn take_over(self: &Arc<Self>) {
+        let _takeover = self.takeover.write().await;
         let repaired = match root::inert_kernel(self.store.clone(), self.observer()) {
             Ok(kernel) => match kernel.repair_interrupted().await {
                 Ok(repaired) => repaired,
