@@ -43,8 +43,12 @@ pub enum KernelError {
     /// A per-run tool (`activate_skill`, `submit`) could not be registered.
     #[error(transparent)]
     Registry(#[from] crate::RegistryError),
-    /// `resume` without new input found nothing to continue.
-    #[error("session {0} has nothing to resume: its last turn completed; give a new task")]
+    /// `resume` without new input found nothing to continue: no turn is open (the last one
+    /// ended, or the process was killed before the first task was recorded).
+    #[error(
+        "session {0} has nothing to resume: no turn of it is open (its last turn ended, or \
+         none was recorded); give a task"
+    )]
     NothingToResume(SessionId),
     /// `resume` found the session's run parked on `wait`: only its wake resumes it.
     #[error("session {session_id} waits for a wake: keel wake {wake_id} [PAYLOAD] resumes it")]
