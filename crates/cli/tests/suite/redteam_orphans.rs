@@ -149,3 +149,63 @@ fn redteam_env_secrets_in_keels_environment_never_reach_a_command() {
     assert!(seen.lines().any(|line| line.starts_with("HOME=")), "{seen}");
     assert!(seen.lines().any(|line| line == "LC_ALL=C"), "{seen}");
 }
+
+/// The plant notes under `ws/.keel/sandbox`.
+fn plant_notes(ws: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(ws.join(".keel/sandbox")) else { return Vec::new() };
+    entries.flatten().map(|entry| entry.path()).collect()
+}
+
+/// Two keels with different `KEEL_HOME`s (so different note keys) in one workspace: the
+/// second cannot verify the first's plant note, and must neither act on it nor remove it
+/// while the first still runs its command, or a `kill -9` of the first would then leave its
+/// plants unrepaired. (Found by a fresh-eyes review: six parallel runs with fresh homes.)
+#[test]
+fn redteam_orphans_a_keel_with_another_home_keeps_a_live_runs_plant_note() {
+    let env = Env::new();
+    let ws = env.workspace().canonicalize().unwrap();
+    git(&ws, &["init", "-q", "."]);
+    std::fs::create_dir_all(ws.join(".keel")).unwrap();
+    let mut first = spawn_run(
+        &env,
+        &ws,
+        "echo up > started.txt; while [ ! -e go.txt ]; do sleep 0.05; done; \
+         echo ../evil > .git/commondir; echo planted > planted.txt; sleep 300",
+    );
+    wait_for_file(&ws.join("started.txt"), &mut first);
+    let notes = plant_notes(&ws);
+    assert_eq!(notes.len(), 1, "the first run's durable note: {notes:?}");
+
+    // The second keel, its own home, a managed command of its own in the same workspace.
+    let other_home = tempfile::tempdir().unwrap();
+    let script = serde_json::json!({"steps": [
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "echo second > second.txt"}}]},
+        {"text": "done"}
+    ]});
+    let model = scripted(&env, &script.to_string());
+    let second = env
+        .keel()
+        .env("KEEL_HOME", other_home.path())
+        .env("HOME", other_home.path())
+        .args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto"])
+        .args(["--sandbox", "managed", "t"])
+        .output()
+        .unwrap();
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert_eq!(std::fs::read_to_string(ws.join("second.txt")).unwrap(), "second\n");
+    assert!(!stderr(&second).contains("plants-"), "{}", stderr(&second));
+    assert_eq!(plant_notes(&ws), notes, "the live run's note is kept");
+
+    // The first command plants now, and its keel dies: its own home's next start repairs
+    // from the note that was kept.
+    std::fs::write(ws.join("go.txt"), "").unwrap();
+    wait_for_file(&ws.join("planted.txt"), &mut first);
+    assert!(ws.join(".git/commondir").exists());
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let next = spawn_run(&env, &ws, "echo clean > after.txt");
+    let output = next.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(!ws.join(".git/commondir").exists(), "{}", stderr(&output));
+    assert!(plant_notes(&ws).is_empty());
+}

@@ -226,23 +226,29 @@ pub(crate) fn recover(workspace: &Path) -> Vec<String> {
                 continue;
             }
         };
+        // The keel process the note names is still running its command (its own guard
+        // repairs), whether or not this keel can verify the note.
+        let writer_alive = note.keel_pid != 0
+            && process_started(note.keel_pid).is_some_and(|started| started == note.keel_started);
         if !authentic(workspace, &note) {
-            // Not written by a keel holding the key: a note that came with the repository
-            // or was forged. Never acted upon; removed when keel can verify notes at all.
-            if NOTE_KEY.get().is_some() {
+            // Not written by a keel holding this key: a note that came with the repository,
+            // a forged one, or one of a keel with another KEEL_HOME (another key) working
+            // in the same workspace. Never acted upon. Removed (when keel can verify notes
+            // at all) only once the process it names is gone: removing a live run's note
+            // would cost that run its crash recovery, and leaving a forged one that names a
+            // live process does nothing.
+            if NOTE_KEY.get().is_some() && !writer_alive {
                 let _ = std::fs::remove_file(&path);
                 notes.push(format!(
-                    "keel sandbox: ignored and removed {}: a plant note keel did not write",
+                    "keel sandbox: ignored and removed {}: a plant note this keel cannot verify \
+                     (not written by it: from the repository, forged, or of a keel with \
+                     another KEEL_HOME that is gone)",
                     path.display()
                 ));
             }
             continue;
         }
-        if note.keel_pid == 0 {
-            continue;
-        }
-        if process_started(note.keel_pid).is_some_and(|started| started == note.keel_started) {
-            // That keel is still running its command; its own guard repairs.
+        if note.keel_pid == 0 || writer_alive {
             continue;
         }
         notes.extend(repair(&note, Some(workspace)));

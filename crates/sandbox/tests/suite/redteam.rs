@@ -442,6 +442,14 @@ async fn redteam_plant_removed_when_the_call_is_cancelled() {
     repo.assert_commit_works().await;
 }
 
+/// The start time of `pid` (clock ticks since boot, /proc/PID/stat field 22), as plant
+/// notes record it.
+fn started_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
 /// A plant note that keel did not write (one committed to a cloned repository, or forged by
 /// a command) names paths to delete or replace anywhere; it is never acted upon, only
 /// removed. The genuine note of a keel killed mid-command is repaired at the next start:
@@ -473,9 +481,44 @@ async fn redteam_plant_note_forged_or_from_the_repository_is_never_acted_upon() 
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n", "{repairs:?}");
     assert_eq!(repo.read("a.txt"), "a\n");
     assert!(!repo.root.join(".git/config").is_symlink());
-    assert_eq!(repairs.iter().filter(|n| n.contains("keel did not write")).count(), 2);
+    assert_eq!(repairs.iter().filter(|n| n.contains("cannot verify")).count(), 2, "{repairs:?}");
     assert!(!notes_dir.join("plants-forged.json").exists(), "removed, never read again");
     assert!(recover_plants(&repo.root).is_empty());
+
+    // A note this keel cannot verify that names a live process (a keel with another
+    // KEEL_HOME, so another key, running a command in the same workspace; or a forgery
+    // naming one): still never acted upon, and left for that keel, not removed under it.
+    let live = serde_json::json!({
+        "keel_pid": std::process::id(),
+        "keel_started": started_ticks(std::process::id()),
+        "writable": [b"/".to_vec()],
+        "absent": [bytes(&victim), bytes(&inside)],
+        "watched": [],
+        "links": [],
+        "mac": "00ff",
+    });
+    std::fs::create_dir_all(&notes_dir).unwrap(); // the empty folder went with the notes
+    std::fs::write(notes_dir.join("plants-other-home.json"), live.to_string()).unwrap();
+    let repairs = recover_plants(&repo.root);
+    assert!(repairs.is_empty(), "{repairs:?}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+    assert_eq!(repo.read("a.txt"), "a\n");
+    assert!(notes_dir.join("plants-other-home.json").exists(), "a live run's note is kept");
+    // Once the process it names is gone (here: the start time no longer matches), it goes.
+    let dead = serde_json::json!({
+        "keel_pid": std::process::id(),
+        "keel_started": started_ticks(std::process::id()) + 1,
+        "writable": [b"/".to_vec()],
+        "absent": [bytes(&victim), bytes(&inside)],
+        "watched": [],
+        "links": [],
+        "mac": "00ff",
+    });
+    std::fs::write(notes_dir.join("plants-other-home.json"), dead.to_string()).unwrap();
+    let repairs = recover_plants(&repo.root);
+    assert_eq!(repairs.iter().filter(|n| n.contains("cannot verify")).count(), 1, "{repairs:?}");
+    assert!(!notes_dir.join("plants-other-home.json").exists());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
     // The neighbour: managed runs still work and repair their own plants.
     let out = repo.sh("echo ../evil > .git/commondir; echo planted").await;
     assert!(out.stdout.text.contains("planted"));
