@@ -825,16 +825,52 @@ fn commit_group(connection: &mut Connection, group: Vec<QueuedAppend>, n_commits
 /// The group's transaction: each caller's result, and whether it committed. `Err` with
 /// SQLite's message when it could not begin or a savepoint could not be handled; the
 /// transaction is rolled back then and every caller gets that error.
+///
+/// Every append checks first (fence, stored tail, retries) and writes only after its checks
+/// pass, so an append refused by its checks wrote nothing and needs no savepoint. The
+/// group runs without savepoints; only when a write itself fails after others of the group
+/// were written is the transaction rolled back and the group run again, each append in a
+/// savepoint of its own ([`write_group_in_savepoints`]), so that the failed one is undone
+/// alone.
 fn write_group(
     connection: &mut Connection,
     group: &[QueuedAppend],
 ) -> Result<(Vec<Result<(), AppendError>>, bool), String> {
-    if !connection.is_autocommit() {
-        // Defensive: never let a group run inside a stale transaction.
-        connection
-            .execute_batch("ROLLBACK")
-            .map_err(|error| format!("cannot roll back stale transaction: {error}"))?;
+    roll_back_stale(connection)?;
+    let tx = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|error| error.to_string())?;
+    let mut wrote = false;
+    let mut results = Vec::with_capacity(group.len());
+    for queued in group {
+        let result = match check_batch(&tx, &queued.batch, queued.lease.as_ref()) {
+            Ok(Some(checked)) => match write_batch(&tx, &queued.batch, checked) {
+                Ok(()) => Ok(true),
+                Err(error) => {
+                    if tx.is_autocommit() {
+                        return Err(backend_message(error));
+                    }
+                    // A write failed part way: undo the group, run it in savepoints.
+                    tx.rollback().map_err(|error| error.to_string())?;
+                    return write_group_in_savepoints(connection, group);
+                }
+            },
+            Ok(None) => Ok(false),
+            Err(error) if tx.is_autocommit() => return Err(backend_message(error)),
+            Err(error) => Err(error),
+        };
+        wrote |= matches!(result, Ok(true));
+        results.push(result.map(drop));
     }
+    finish_group(tx, wrote, results)
+}
+
+/// [`write_group`] with each append in a savepoint: a failed append is undone alone.
+fn write_group_in_savepoints(
+    connection: &mut Connection,
+    group: &[QueuedAppend],
+) -> Result<(Vec<Result<(), AppendError>>, bool), String> {
+    roll_back_stale(connection)?;
     let tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|error| error.to_string())?;
@@ -849,8 +885,8 @@ fn write_group(
                 // SQLite rolled the whole transaction back itself (a full disk, an I/O
                 // error): nothing of the group is written; everyone gets the cause.
                 return Err(match result {
-                    Err(AppendError::Backend { message }) => message,
-                    _ => "the group's transaction was rolled back".to_owned(),
+                    Err(error) => backend_message(error),
+                    Ok(_) => "the group's transaction was rolled back".to_owned(),
                 });
             }
             // Undo whatever this append wrote before it failed. If that fails the
@@ -862,7 +898,34 @@ fn write_group(
         wrote |= matches!(result, Ok(true));
         results.push(result.map(drop));
     }
-    // Nothing new (retries and refusals only): no commit, no fsync.
+    finish_group(tx, wrote, results)
+}
+
+/// Defensive: never let a group run inside a stale transaction.
+fn roll_back_stale(connection: &Connection) -> Result<(), String> {
+    if connection.is_autocommit() {
+        return Ok(());
+    }
+    connection
+        .execute_batch("ROLLBACK")
+        .map_err(|error| format!("cannot roll back stale transaction: {error}"))
+}
+
+/// The message a whole group fails with when SQLite gave up its transaction.
+fn backend_message(error: AppendError) -> String {
+    match error {
+        AppendError::Backend { message } => message,
+        _ => "the group's transaction was rolled back".to_owned(),
+    }
+}
+
+/// Commits the group when it wrote anything (no commit and no fsync for retries and
+/// refusals only); a failed commit fails every append that had succeeded.
+fn finish_group(
+    tx: rusqlite::Transaction<'_>,
+    wrote: bool,
+    mut results: Vec<Result<(), AppendError>>,
+) -> Result<(Vec<Result<(), AppendError>>, bool), String> {
     let finished = if wrote { tx.commit() } else { tx.rollback() };
     if let Err(error) = finished {
         let message = error.to_string();
@@ -883,6 +946,27 @@ fn append_batch(
     batch: &Batch,
     lease: Option<&keel_contracts::Lease>,
 ) -> Result<bool, AppendError> {
+    match check_batch(tx, batch, lease)? {
+        Some(checked) => write_batch(tx, batch, checked).map(|()| true),
+        None => Ok(false),
+    }
+}
+
+/// What an append's checks found: where its new rows start, and the session's stored
+/// listing row (`None` for a new session).
+struct Checked {
+    first_new: usize,
+    stored: Option<SessionSummary>,
+}
+
+/// An append's checks, which write nothing: the lease's fence, the stored tail, and that
+/// events at or below it are byte-identical retries. `None` when every event was already
+/// stored.
+fn check_batch(
+    tx: &Connection,
+    batch: &Batch,
+    lease: Option<&keel_contracts::Lease>,
+) -> Result<Option<Checked>, AppendError> {
     let session_key = batch.session_id.to_string();
     if let Some(lease) = lease {
         leases::check_fence(tx, lease)?;
@@ -896,66 +980,60 @@ fn append_batch(
     };
 
     // Events at or below the stored tail must be byte-identical retries.
-    let first_new = {
-        let mut select = tx
-            .prepare_cached("SELECT body FROM events WHERE session_id = ?1 AND seq = ?2")
-            .map_err(append_backend)?;
-        let mut first_new = None;
-        for (index, row) in batch.rows.iter().enumerate() {
-            if row.event.seq > last_seq {
-                first_new = Some(index);
-                break;
-            }
-            let identical = select
-                .query_row(params![session_key, row.seq], |stored| {
-                    Ok(match stored.get_ref(0)? {
-                        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
-                            bytes == row.body.as_bytes()
-                        }
-                        ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_) => false,
-                    })
-                })
-                .optional()
-                .map_err(append_backend)?;
-            if identical != Some(true) {
+    let mut select = tx
+        .prepare_cached("SELECT body FROM events WHERE session_id = ?1 AND seq = ?2")
+        .map_err(append_backend)?;
+    for (index, row) in batch.rows.iter().enumerate() {
+        if row.event.seq > last_seq {
+            if row.event.seq != last_seq.next() {
                 return Err(conflict(row.event.seq));
             }
+            return Ok(Some(Checked { first_new: index, stored }));
         }
-        first_new
-    };
-    // Everything was already stored: nothing to write.
-    let Some(first_new) = first_new else { return Ok(false) };
-    let new_rows = &batch.rows[first_new..];
-    if new_rows[0].event.seq != last_seq.next() {
-        return Err(conflict(new_rows[0].event.seq));
-    }
-
-    let mut summary = stored.unwrap_or_else(|| summary::start(&new_rows[0].event));
-    {
-        let mut insert = tx
-            .prepare_cached(
-                "INSERT INTO events (session_id, seq, turn_id, run_id, ts, kind, body)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
+        let identical = select
+            .query_row(params![session_key, row.seq], |stored| {
+                Ok(match stored.get_ref(0)? {
+                    ValueRef::Text(bytes) | ValueRef::Blob(bytes) => bytes == row.body.as_bytes(),
+                    ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_) => false,
+                })
+            })
+            .optional()
             .map_err(append_backend)?;
-        for row in new_rows {
-            let event = &row.event;
-            insert
-                .execute(params![
-                    session_key,
-                    row.seq,
-                    event.turn_id.map(|id| id.to_string()),
-                    event.run_id.map(|id| id.to_string()),
-                    timestamp(event.ts),
-                    event.kind,
-                    row.body,
-                ])
-                .map_err(append_backend)?;
-            summary::apply(&mut summary, event);
+        if identical != Some(true) {
+            return Err(conflict(row.event.seq));
         }
     }
-    store_summary(tx, &summary)?;
-    Ok(true)
+    Ok(None)
+}
+
+/// Inserts `batch`'s new rows (as [`check_batch`] found them) and updates the session's
+/// listing row.
+fn write_batch(tx: &Connection, batch: &Batch, checked: Checked) -> Result<(), AppendError> {
+    let session_key = batch.session_id.to_string();
+    let new_rows = &batch.rows[checked.first_new..];
+    let mut summary = checked.stored.unwrap_or_else(|| summary::start(&new_rows[0].event));
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO events (session_id, seq, turn_id, run_id, ts, kind, body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .map_err(append_backend)?;
+    for row in new_rows {
+        let event = &row.event;
+        insert
+            .execute(params![
+                session_key,
+                row.seq,
+                event.turn_id.map(|id| id.to_string()),
+                event.run_id.map(|id| id.to_string()),
+                timestamp(event.ts),
+                event.kind,
+                row.body,
+            ])
+            .map_err(append_backend)?;
+        summary::apply(&mut summary, event);
+    }
+    store_summary(tx, &summary)
 }
 
 fn read_events(

@@ -14,12 +14,10 @@ fn backend(error: rusqlite::Error) -> LeaseError {
 
 /// (holder, token, expires_at_ms) of the session's newest lease.
 fn current(tx: &Connection, session: &str) -> rusqlite::Result<Option<(String, u64, i64)>> {
-    tx.query_row(
-        "SELECT holder, token, expires_at_ms FROM leases WHERE session_id = ?1",
-        [session],
-        |row| Ok((row.get(0)?, token_of(row.get::<_, i64>(1)?), row.get(2)?)),
-    )
-    .optional()
+    // Cached: every leased append checks its fence with it.
+    tx.prepare_cached("SELECT holder, token, expires_at_ms FROM leases WHERE session_id = ?1")?
+        .query_row([session], |row| Ok((row.get(0)?, token_of(row.get::<_, i64>(1)?), row.get(2)?)))
+        .optional()
 }
 
 /// The session's newest lease, read only.

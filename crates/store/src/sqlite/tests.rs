@@ -216,6 +216,62 @@ async fn a_full_disk_is_a_backend_error_and_writes_nothing() {
     assert!(stored == big, "the retried event is stored as offered");
 }
 
+/// A group's appends run without savepoints; when one of them fails part way through its
+/// writes (here a trigger refuses its second event, after its first was inserted), the
+/// group is rolled back and run again with a savepoint per append: the failed append is
+/// undone alone, and the others of its group commit in the same one commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_fails_in_a_group_is_undone_alone_and_the_others_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("keel.sqlite")).unwrap());
+    let ids = [1, 2, 3].map(|n| SessionId(Uuid::from_u128(n)));
+    for id in ids {
+        store.append(&[event(id, 1, "first".to_owned())]).await.unwrap();
+    }
+    let commits_before = store.n_commits();
+    let appends = {
+        // Hold the writer's connection so that the three appends queue up as one group.
+        let connection = store.connection.lock().unwrap();
+        connection
+            .execute_batch(&format!(
+                "CREATE TEMP TRIGGER refuse BEFORE INSERT ON main.events
+                 WHEN NEW.session_id = '{}' AND NEW.seq = 3
+                 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+                ids[1]
+            ))
+            .unwrap();
+        let batches =
+            ids.map(|id| vec![event(id, 2, "second".into()), event(id, 3, "third".into())]);
+        let appends: Vec<_> = batches
+            .into_iter()
+            .map(|batch| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move { store.append(&batch).await })
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store.queue.lock().unwrap().pending.len() < 3 {
+            assert!(std::time::Instant::now() < deadline, "the appends never queued");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        appends
+    };
+    let mut results = Vec::new();
+    for append in appends {
+        results.push(append.await.unwrap());
+    }
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    assert!(
+        matches!(&results[1], Err(AppendError::Backend { message }) if message.contains("refused by the test")),
+        "{results:?}"
+    );
+    assert_eq!(store.n_commits(), commits_before + 1, "one group, one commit");
+    for (id, last) in ids.into_iter().zip([3_u64, 1, 3]) {
+        assert_eq!(store.read(id, Seq(0)).await.unwrap().len() as u64, last, "{id}");
+        assert_eq!(store.session(id).await.unwrap().unwrap().last_seq, Seq(last), "{id}");
+    }
+}
+
 #[tokio::test]
 async fn in_memory_ledgers_work_and_are_private() {
     let first = SqliteStore::open_in_memory().unwrap();
