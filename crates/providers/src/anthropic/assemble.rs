@@ -33,6 +33,7 @@ use serde_json::Value;
 use super::wire::{ContentBlock, EventDelta, StreamEvent, WireUsage};
 use crate::arguments;
 use crate::failure;
+use crate::lenient;
 use crate::transport::Flow;
 
 /// The callback that receives live deltas.
@@ -149,7 +150,7 @@ impl<'a> Assembler<'a> {
         if data.trim().is_empty() {
             return Ok(Flow::Continue);
         }
-        let parsed: StreamEvent = match serde_json::from_str(data) {
+        let parsed: StreamEvent = match lenient::parse(data) {
             Ok(parsed) => parsed,
             Err(_) if event == "error" => {
                 return Err(failure::in_band_error(&Value::String(data.to_owned()), self.secret));

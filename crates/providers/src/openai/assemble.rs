@@ -19,6 +19,7 @@ use serde_json::Value;
 use super::wire::{self, ChatChunk, ChatCompletion, Delta, ToolCallDelta, WireUsage};
 use crate::arguments;
 use crate::failure;
+use crate::lenient;
 use crate::transport::Flow;
 
 /// The callback that receives live deltas.
@@ -94,7 +95,7 @@ impl<'a> Assembler<'a> {
                 if data == "[DONE]" {
                     return Ok(Flow::Done);
                 }
-                let chunk: ChatChunk = serde_json::from_str(data).map_err(|error| {
+                let chunk: ChatChunk = lenient::parse(data).map_err(|error| {
                     ModelError::new(
                         ModelErrorKind::InvalidResponse,
                         None,
