@@ -82,6 +82,147 @@ async fn completions(State(mock): State<Mock>, body: axum::body::Bytes) -> impl 
     ([(header::CONTENT_TYPE, "text/event-stream")], out)
 }
 
+/// The floor on this machine (`KEEL_BENCH_FLOOR=1`): no host at all. SESSIONS tasks in
+/// this process each send STEPS requests in a row to the same mock, with bodies of the size
+/// keel's average (13 178 bytes: a fixed head plus one message per step, the tool results
+/// the mock counts), over one pooled `reqwest` client as keel's provider uses, and read
+/// each streamed answer to its end. What a host that records nothing, projects nothing and
+/// runs no tool would reach, and the CPU that the model's side and bare HTTP cost per step.
+async fn floor(mock: &Mock, mock_address: std::net::SocketAddr, sessions: usize, steps: usize) {
+    let url = format!("http://{mock_address}/v1/chat/completions");
+    let http = reqwest::Client::builder().build().expect("a client");
+    let head = format!(
+        r#"{{"model":"mock","stream":true,"stream_options":{{"include_usage":true}},"tools":[{{"type":"function","function":{{"name":"pad","description":"{}"}}}}],"messages":[{{"role":"system","content":"You are keel."}},{{"role":"user","content":"go"}}"#,
+        "x".repeat(11_000)
+    );
+    let body = |results: usize| {
+        let mut body = head.clone();
+        for n in 0..results {
+            body.push_str(&format!(
+                r#",{{"role":"assistant","content":null,"tool_calls":[{{"id":"call_{n}","type":"function","function":{{"name":"todo","arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"call_{n}","content":"todo recorded: 1/1 done"}}"#
+            ));
+        }
+        body.push_str("]}");
+        bytes::Bytes::from(body)
+    };
+    let bodies: Arc<Vec<bytes::Bytes>> = Arc::new((0..steps.max(1)).map(body).collect());
+    let cpu_before = cpu_seconds(std::process::id());
+    let served_before = mock.served.load(Ordering::Relaxed);
+    let body_bytes_before = mock.body_bytes.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let runs = (0..sessions).map(|_| {
+        let (http, url, bodies) = (http.clone(), url.clone(), Arc::clone(&bodies));
+        tokio::spawn(async move {
+            for step in 0..steps {
+                let response = http
+                    .post(&url)
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(bodies[step].clone())
+                    .send()
+                    .await
+                    .expect("the mock answers");
+                let answer = response.bytes().await.expect("its body");
+                assert!(answer.ends_with(b"data: [DONE]\n\n"));
+            }
+        })
+    });
+    for run in futures::future::join_all(runs).await {
+        run.expect("a run");
+    }
+    let elapsed = started.elapsed();
+    let cpu = cpu_seconds(std::process::id()) - cpu_before;
+    let done = mock.served.load(Ordering::Relaxed) - served_before;
+    let body_bytes = mock.body_bytes.load(Ordering::Relaxed) - body_bytes_before;
+    let rate = done as f64 / elapsed.as_secs_f64();
+    let ideal = sessions as f64 / MODEL_DELAY.as_secs_f64();
+    println!(
+        "floor (no host): {done} steps in {:.2} s: {rate:.0} steps/s; ideal {ideal:.0} steps/s: \
+         {:.1}% of ideal; mock + bare client {cpu:.1} CPU s ({:.3} ms per step, {:.0}% of 2 \
+         cores); request bodies {:.0} bytes on average; load average {}",
+        elapsed.as_secs_f64(),
+        100.0 * rate / ideal,
+        1000.0 * cpu / done.max(1) as f64,
+        100.0 * cpu / elapsed.as_secs_f64() / 2.0,
+        body_bytes as f64 / done.max(1) as f64,
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
+}
+
+/// The ledger's floor on this machine (`KEEL_BENCH_FLOOR=store`): no HTTP, no model, no
+/// kernel. SESSIONS tasks each append STEPS steps' events to their own session of one
+/// `SqliteStore` (WAL, `synchronous=FULL`, under TMPDIR), as fast as the store takes them,
+/// in the kernel's two commits per tool step (the model's response, the gate decision and
+/// the prepared attempt; then the tool result with the next request). The events are a real
+/// `keel run`'s (`serve_load_step.jsonl`: the turn's start, then one `todo` step), given
+/// each session's id and the next seqs. What the durable ledger alone allows per second.
+async fn store_floor(sessions: usize, steps: usize) {
+    use keel_contracts::{RuntimeEvent, Seq, SessionId, Store as _};
+    let events: Vec<RuntimeEvent> = include_str!("serve_load_step.jsonl")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a recorded event"))
+        .collect();
+    let (start, step) = events.split_at(4);
+    let dir = tempfile::tempdir().expect("a folder for the ledger");
+    let store = Arc::new(keel_store::SqliteStore::open(dir.path().join("keel.sqlite")).unwrap());
+    let renumber = |session_id: SessionId, from: u64, events: &[RuntimeEvent]| {
+        let mut events = events.to_vec();
+        for (n, event) in (from..).zip(&mut events) {
+            event.session_id = session_id;
+            event.seq = Seq(n);
+        }
+        events
+    };
+    let ids: Vec<SessionId> = (0..sessions)
+        .map(|n| {
+            SessionId(uuid::Uuid::from_u128(0x0193_0000_0000_7000_8000_0000_0000_0000 + n as u128))
+        })
+        .collect();
+    for id in &ids {
+        store.append(&renumber(*id, 1, start)).await.expect("the turn's start");
+    }
+    let cpu_before = cpu_seconds(std::process::id());
+    let started = Instant::now();
+    let runs = ids.iter().map(|id| {
+        let (store, id) = (Arc::clone(&store), *id);
+        // [requested, response, gate, prepared, result]: the first step's request was
+        // made with the turn; each commit is the response, gate and prepare, then the
+        // result and the next step's request.
+        let (request, rest) = step.split_first().expect("a step");
+        let (first, second) =
+            (rest[..3].to_vec(), [&rest[3..], std::slice::from_ref(request)].concat());
+        tokio::spawn(async move {
+            let mut seq = 5;
+            for _ in 0..steps {
+                for commit in [&first, &second] {
+                    let batch = renumber(id, seq, commit);
+                    store.append(&batch).await.expect("an append");
+                    seq += batch.len() as u64;
+                }
+            }
+        })
+    });
+    for run in futures::future::join_all(runs.collect::<Vec<_>>()).await {
+        run.expect("a run");
+    }
+    let elapsed = started.elapsed();
+    let cpu = cpu_seconds(std::process::id()) - cpu_before;
+    let done = (sessions * steps) as f64;
+    let rate = done / elapsed.as_secs_f64();
+    let ideal = sessions as f64 / MODEL_DELAY.as_secs_f64();
+    println!(
+        "store floor (no HTTP, no kernel): {done} steps ({} events, {} commits) in {:.2} s: \
+         {rate:.0} steps/s ({:.0} events/s); ideal {ideal:.0} steps/s: {:.1}% of ideal; \
+         {cpu:.1} CPU s ({:.3} ms per step); load average {}",
+        sessions * steps * 5,
+        store.n_commits(),
+        elapsed.as_secs_f64(),
+        rate * 5.0,
+        100.0 * rate / ideal,
+        1000.0 * cpu / done,
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
+}
+
 /// Resident set size of `pid`, in KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -128,6 +269,11 @@ async fn main() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the mock");
     let mock_address = listener.local_addr().expect("the mock's address");
     tokio::spawn(async move { axum::serve(listener, app).await });
+    match std::env::var("KEEL_BENCH_FLOOR").as_deref() {
+        Ok("store") => return store_floor(sessions, steps).await,
+        Ok(_) => return floor(&mock, mock_address, sessions, steps).await,
+        Err(_) => {}
+    }
 
     let home = tempfile::tempdir().expect("a KEEL_HOME");
     let scratch = tempfile::tempdir().expect("a scratch folder");
