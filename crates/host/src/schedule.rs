@@ -186,8 +186,9 @@ pub fn parse_when(
         }
         (None, Some(expression)) => {
             let expression = expression.trim();
-            croner::Cron::from_str(expression)
-                .map_err(|error| usage(format!("{cron_field} {expression:?}: {error}")))?;
+            croner::Cron::from_str(expression).map_err(|error| {
+                usage(format!("{cron_field} {expression:?}: {error}{}", cron_culprit(expression)))
+            })?;
             let zone = tz.map_or("UTC", str::trim);
             chrono_tz::Tz::from_str(zone).map_err(|_| {
                 usage(format!(
@@ -208,6 +209,30 @@ pub fn parse_when(
             }
         }
     }
+}
+
+/// Which field of a cron `expression` that does not parse is at fault, as ` (the minute
+/// field, "61")`: the first field that fails alone, every other one `*`. Empty when the
+/// count of fields is not 5 to 7 (croner's own message says so) or no field fails alone.
+fn cron_culprit(expression: &str) -> String {
+    const NAMES: [&str; 7] =
+        ["second", "minute", "hour", "day of month", "month", "day of week", "year"];
+    let fields: Vec<&str> = expression.split_whitespace().collect();
+    // 5 fields start at the minute, 6 and 7 at the second; 7 end with the year.
+    let names = match fields.len() {
+        5 => &NAMES[1..6],
+        6 => &NAMES[..6],
+        7 => &NAMES[..],
+        _ => return String::new(),
+    };
+    for (index, field) in fields.iter().enumerate() {
+        let probe: Vec<&str> =
+            (0..fields.len()).map(|other| if other == index { *field } else { "*" }).collect();
+        if croner::Cron::from_str(&probe.join(" ")).is_err() {
+            return format!(" (the {} field, {field:?})", names[index]);
+        }
+    }
+    String::new()
 }
 
 /// `90s`, `10m`, `1h` as an interval (at least one second); errors name `--every`.

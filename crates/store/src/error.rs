@@ -17,6 +17,15 @@ pub enum OpenError {
         #[source]
         source: std::io::Error,
     },
+    /// The ledger's folder (KEEL_HOME) exists and is not a directory: a file, FIFO or
+    /// device there is refused before anything is created beside or inside it.
+    #[error("cannot keep the ledger in {path}: it is {kind}, not a directory")]
+    NotADirectory {
+        /// The would-be folder.
+        path: PathBuf,
+        /// What it is: `a file`, `a FIFO (named pipe)`, `a device`, ….
+        kind: &'static str,
+    },
     /// The ledger file did not exist and could not be created (mode 0600).
     #[error("cannot create ledger file {path}")]
     CreateFile {

@@ -121,6 +121,7 @@ impl SqliteStore {
     ///
     /// # Errors
     ///
+    /// [`OpenError::NotADirectory`] when the parent exists and is not a directory;
     /// [`OpenError::CreateDir`] when a parent directory cannot be created (new ones are
     /// made 0700); [`OpenError::CreateFile`] when a new ledger file cannot be made (0600);
     /// [`OpenError::Sqlite`] when SQLite fails; [`OpenError::NoWal`] when the file system
@@ -128,6 +129,12 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, OpenError> {
         let path = path.as_ref().to_path_buf();
         if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            if let Some(kind) = std::fs::metadata(parent).ok().and_then(|meta| {
+                let kind = meta.file_type();
+                if kind.is_dir() { None } else { Some(kind_name(kind).unwrap_or("a file")) }
+            }) {
+                return Err(OpenError::NotADirectory { path: parent.to_path_buf(), kind });
+            }
             create_private_dir(parent)
                 .map_err(|source| OpenError::CreateDir { path: parent.to_path_buf(), source })?;
         }
@@ -1459,28 +1466,32 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 /// is a `stat` (following symlinks), never an open, so the check itself cannot block.
 /// What does not exist (yet) passes; what cannot be inspected is left to SQLite's error.
 fn refuse_non_regular(path: &Path) -> Result<(), OpenError> {
-    use std::os::unix::fs::FileTypeExt as _;
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let mut name = path.as_os_str().to_owned();
         name.push(suffix);
         let Ok(metadata) = std::fs::metadata(&name) else { continue };
-        let kind = metadata.file_type();
-        let kind = if kind.is_file() {
-            continue;
-        } else if kind.is_fifo() {
-            "a FIFO (named pipe)"
-        } else if kind.is_dir() {
-            "a directory"
-        } else if kind.is_socket() {
-            "a socket"
-        } else if kind.is_block_device() || kind.is_char_device() {
-            "a device"
-        } else {
-            "not a file"
-        };
+        let Some(kind) = kind_name(metadata.file_type()) else { continue };
         return Err(OpenError::NotRegular { path: PathBuf::from(name), kind });
     }
     Ok(())
+}
+
+/// What a file of `kind` is, for an error; `None` for a regular file.
+fn kind_name(kind: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt as _;
+    Some(if kind.is_file() {
+        return None;
+    } else if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else {
+        "not a file"
+    })
 }
 
 /// Creates the ledger file with mode 0600 when it does not exist, so SQLite (which gives

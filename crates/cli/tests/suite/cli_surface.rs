@@ -1124,6 +1124,28 @@ fn redteam_home_a_fifo_as_the_ledger_is_refused_not_hung() {
     let output = keel(&["sessions"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(stdout(&output).lines().count(), 1, "{}", stdout(&output));
+
+    // KEEL_HOME itself a FIFO, or a plain file: refused by what it is, nothing made.
+    let scratch = tempfile::tempdir().unwrap();
+    for (home, kind) in
+        [(scratch.path().join("fifo"), "a FIFO"), (scratch.path().join("file"), "a file")]
+    {
+        if kind == "a file" {
+            std::fs::write(&home, "not a folder").unwrap();
+        } else {
+            mkfifo(&home);
+        }
+        for args in [&["sessions"][..], &run_args[..]] {
+            let mut command = env.keel();
+            command.env("KEEL_HOME", &home).args(args);
+            let output = output_within_30s(command);
+            assert_ne!(output.status.code(), Some(0), "{args:?}");
+            let err = stderr(&output);
+            let said = format!("cannot keep the ledger in {}: it is {kind}", home.display());
+            assert!(err.contains(&said), "{err}");
+            assert!(!err.contains("os error"), "{err}");
+        }
+    }
 }
 
 /// `keel ARGS` with `KEEL_HOME` bind-mounted read-only in a private mount namespace (a

@@ -425,6 +425,21 @@ fn a_cron_that_never_fires_is_refused_naming_it_and_5_to_7_fields_parse() {
     let eight = message("0 0 9 1 1 * 2030 1", WhenFields::FLAGS);
     assert!(eight.contains("between 5 and 7 fields"), "{eight}");
     assert!(message("9 * *", WhenFields::FLAGS).contains("between 5 and 7 fields"));
+    // A value out of range names its field.
+    for (cron, field) in [
+        ("61 * * * *", "(the minute field, \"61\")"),
+        ("0 25 * * *", "(the hour field, \"25\")"),
+        ("0 0 32 * *", "(the day of month field, \"32\")"),
+        ("0 0 * 13 *", "(the month field, \"13\")"),
+        ("0 0 * * 9", "(the day of week field, \"9\")"),
+        ("60 * * * * *", "(the second field, \"60\")"),
+        ("0 0 0 1 1 * 99999", "(the year field, \"99999\")"),
+        ("0 0 9-x * *", "(the day of month field, \"9-x\")"),
+    ] {
+        let said = message(cron, WhenFields::FLAGS);
+        assert!(said.starts_with(&format!("--cron {cron:?}: ")), "{said}");
+        assert!(said.ends_with(field), "{cron}: {said}");
+    }
 }
 
 #[tokio::test]

@@ -172,7 +172,14 @@ fn an_unusable_path_is_an_open_error() {
     let file = dir.path().join("a-file");
     std::fs::write(&file, "not a directory").unwrap();
     match SqliteStore::open(file.join("keel.sqlite")) {
-        Err(OpenError::CreateDir { path, .. }) => assert_eq!(path, file),
+        Err(OpenError::NotADirectory { path, kind }) => {
+            assert_eq!((path, kind), (file.clone(), "a file"));
+        }
+        other => panic!("expected NotADirectory, got {other:?}"),
+    }
+    // Below a file: the folder cannot be made.
+    match SqliteStore::open(file.join("sub").join("keel.sqlite")) {
+        Err(OpenError::CreateDir { path, .. }) => assert_eq!(path, file.join("sub")),
         other => panic!("expected CreateDir, got {other:?}"),
     }
     std::fs::write(dir.path().join("garbage.sqlite"), vec![0x5a_u8; 8192]).unwrap();
