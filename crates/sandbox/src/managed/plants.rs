@@ -203,14 +203,28 @@ impl Drop for PlantGuard {
 /// during a managed command), then deletes them. Returns a note per repair. A note that
 /// cannot be read is left in place and reported.
 pub(crate) fn recover(workspace: &Path) -> Vec<String> {
+    // Neither `.keel` nor `.keel/sandbox` may be a symbolic link: a cloned repository (or
+    // a command, in a folder a later run is started in) could point either outside the
+    // workspace, and the sweep below removes files and the folder. `write_note` refuses
+    // the same links.
+    let real_dir = |path: &Path| {
+        path.symlink_metadata().is_ok_and(|meta| meta.is_dir() && !meta.file_type().is_symlink())
+    };
     let dir = workspace.join(NOTE_DIR);
-    if !dir.symlink_metadata().is_ok_and(|meta| meta.is_dir()) {
+    if !real_dir(&workspace.join(".keel")) || !real_dir(&dir) {
         return Vec::new();
     }
     let mut notes = Vec::new();
     for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
         let path = entry.path();
         if !entry.file_type().is_ok_and(|file_type| file_type.is_file()) {
+            continue;
+        }
+        // Only keel's own names (`plants-*.json`, as `write_note` makes them): anything
+        // else in the folder is not a note and is left as it is.
+        let name = entry.file_name();
+        let name = name.as_bytes();
+        if !(name.starts_with(b"plants-") && name.ends_with(b".json")) {
             continue;
         }
         let note: Note = match std::fs::read(&path)

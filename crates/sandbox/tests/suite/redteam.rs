@@ -526,6 +526,47 @@ async fn redteam_plant_note_forged_or_from_the_repository_is_never_acted_upon() 
     repo.assert_commit_works().await;
 }
 
+/// The sweep of plant notes never follows a linked `.keel` (a cloned repository's, or one a
+/// command made in a folder a later run starts in) and removes only files of keel's own
+/// names: nothing outside the workspace, and no other file, is removed or read as a note.
+#[tokio::test]
+async fn redteam_plant_note_sweep_never_follows_a_linked_keel_folder() {
+    keel_sandbox::set_plant_note_key([7; 32]);
+    let repo = Repo::new();
+    let dead_note = serde_json::json!({
+        "keel_pid": 999_999_999_u32, "keel_started": 1, "writable": [], "absent": [],
+        "watched": [], "links": [], "mac": "00ff",
+    })
+    .to_string();
+    let elsewhere = repo.outside.join("linked");
+    std::fs::create_dir_all(elsewhere.join("sandbox")).unwrap();
+    for name in ["plants-dead.json", "important.json"] {
+        std::fs::write(elsewhere.join("sandbox").join(name), &dead_note).unwrap();
+    }
+    let keel = repo.root.join(".keel");
+    let _ = std::fs::remove_dir_all(&keel);
+    std::os::unix::fs::symlink(&elsewhere, &keel).unwrap();
+    let repairs = recover_plants(&repo.root);
+    assert!(repairs.is_empty(), "{repairs:?}");
+    for name in ["plants-dead.json", "important.json"] {
+        assert!(elsewhere.join("sandbox").join(name).exists(), "{name} outside was removed");
+    }
+
+    // The neighbour: a real `.keel/sandbox` is swept, of keel's own names only.
+    std::fs::remove_file(&keel).unwrap();
+    std::fs::create_dir_all(keel.join("sandbox")).unwrap();
+    for name in ["plants-dead.json", "important.json"] {
+        std::fs::write(keel.join("sandbox").join(name), &dead_note).unwrap();
+    }
+    let repairs = recover_plants(&repo.root);
+    assert_eq!(repairs.iter().filter(|n| n.contains("cannot verify")).count(), 1, "{repairs:?}");
+    assert!(!keel.join("sandbox/plants-dead.json").exists());
+    assert!(keel.join("sandbox/important.json").exists(), "not a note: left alone");
+    let out = repo.sh("echo ../evil > .git/commondir; echo planted").await;
+    assert!(out.stdout.text.contains("planted"));
+    assert!(!repo.root.join(".git/commondir").exists());
+}
+
 // ---- Item 5: what a command inherits and can read ---------------------------------------
 
 #[tokio::test]
