@@ -129,10 +129,17 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, OpenError> {
         let path = path.as_ref().to_path_buf();
         if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
-            if let Some(kind) = std::fs::metadata(parent).ok().and_then(|meta| {
-                let kind = meta.file_type();
-                if kind.is_dir() { None } else { Some(kind_name(kind).unwrap_or("a file")) }
-            }) {
+            let not_a_directory = match std::fs::metadata(parent) {
+                Ok(meta) if meta.is_dir() => None,
+                Ok(meta) => Some(kind_name(meta.file_type()).unwrap_or("a file")),
+                // A link whose target is missing (or a loop of links): creating the folder
+                // would only say "File exists".
+                Err(_) => parent
+                    .symlink_metadata()
+                    .is_ok_and(|meta| meta.file_type().is_symlink())
+                    .then_some("a symbolic link to nothing (its target is missing, or a loop)"),
+            };
+            if let Some(kind) = not_a_directory {
                 return Err(OpenError::NotADirectory { path: parent.to_path_buf(), kind });
             }
             create_private_dir(parent)

@@ -1125,19 +1125,25 @@ fn redteam_home_a_fifo_as_the_ledger_is_refused_not_hung() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(stdout(&output).lines().count(), 1, "{}", stdout(&output));
 
-    // KEEL_HOME itself a FIFO, or a plain file: refused by what it is, nothing made.
+    // KEEL_HOME itself a FIFO, a plain file or a dangling link: refused by what it is.
     let scratch = tempfile::tempdir().unwrap();
-    for (home, kind) in
-        [(scratch.path().join("fifo"), "a FIFO"), (scratch.path().join("file"), "a file")]
-    {
-        if kind == "a file" {
-            std::fs::write(&home, "not a folder").unwrap();
-        } else {
-            mkfifo(&home);
+    for (home, kind) in [
+        (scratch.path().join("fifo"), "a FIFO"),
+        (scratch.path().join("file"), "a file"),
+        (scratch.path().join("dangling"), "a symbolic link to nothing"),
+    ] {
+        match kind {
+            "a file" => std::fs::write(&home, "not a folder").unwrap(),
+            "a FIFO" => mkfifo(&home),
+            _ => std::os::unix::fs::symlink(scratch.path().join("missing"), &home).unwrap(),
         }
-        for args in [&["sessions"][..], &run_args[..]] {
+        // (Through a dangling link there is no ledger to list: `keel sessions` says so.)
+        let dangling = kind.starts_with("a symbolic link");
+        let commands =
+            if dangling { &[&run_args[..]][..] } else { &[&["sessions"][..], &run_args[..]] };
+        for args in commands {
             let mut command = env.keel();
-            command.env("KEEL_HOME", &home).args(args);
+            command.env("KEEL_HOME", &home).args(*args);
             let output = output_within_30s(command);
             assert_ne!(output.status.code(), Some(0), "{args:?}");
             let err = stderr(&output);
