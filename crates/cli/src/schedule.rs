@@ -52,7 +52,7 @@ pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
                 }
                 (None, Some(dir), Some(model)) => Target::Template {
                     workspace: canonical_workspace(Some(&dir))?.display().to_string(),
-                    model: absolute_script(model),
+                    model: checked_model(absolute_script(model))?,
                     approval: match approval.unwrap_or(ApprovalArg::Deny) {
                         ApprovalArg::Ask => keel_contracts::ApprovalMode::Ask,
                         ApprovalArg::Auto => keel_contracts::ApprovalMode::Auto,
@@ -211,6 +211,17 @@ async fn resolve(schedules: &Arc<dyn Schedules>, prefix: &str) -> anyhow::Result
         [] => Err(usage(format!("no schedule {prefix}"))),
         _ => Err(usage(format!("{prefix} names several schedules; give more of the id"))),
     }
+}
+
+/// `model` if it is a spec `keel run` would take: a known provider and a model named, and
+/// a scripted model's file readable as a script. The key of a hosted provider is not looked
+/// for: the host that fires the schedule needs it, not this shell.
+fn checked_model(model: String) -> anyhow::Result<String> {
+    keel_host::provider::check_model_spec(&model)?;
+    if model.starts_with("scripted:") {
+        keel_host::provider::model_client(&model, None, None)?;
+    }
+    Ok(model)
 }
 
 /// A `scripted:` model with a relative path names it from here, as `keel run` does: the

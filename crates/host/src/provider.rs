@@ -15,23 +15,46 @@ use keel_providers::{
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-/// Builds the model client for `spec`.
-pub fn model_client(
-    spec: &str,
-    base_url: Option<&str>,
-    context_window: Option<u64>,
-) -> anyhow::Result<Arc<dyn ModelClient>> {
+/// The providers a model spec may name, before its `:`.
+const PROVIDERS: [&str; 4] = ["openai", "openai-responses", "anthropic", "scripted"];
+
+/// Checks the shape of a model spec without building a client, reading a file or looking
+/// for a key: `PROVIDER:MODEL` with a provider keel knows and a model named. For specs
+/// stored to be used later (a schedule), where the key is the firing host's business.
+///
+/// # Errors
+///
+/// A [`UsageError`] naming what is wrong, the same as [`model_client`] gives.
+pub fn check_model_spec(spec: &str) -> anyhow::Result<()> {
+    split_spec(spec).map(drop)
+}
+
+/// `(provider, rest)` of a well-formed spec (see [`check_model_spec`]).
+fn split_spec(spec: &str) -> anyhow::Result<(&str, &str)> {
     let Some((provider, rest)) = spec.split_once(':') else {
         bail!(UsageError(format!(
             "invalid model spec '{spec}': use openai:MODEL, openai-responses:MODEL, \
              anthropic:MODEL or scripted:PATH"
         )));
     };
+    if !PROVIDERS.contains(&provider) {
+        bail!(UsageError(format!("unknown provider '{provider}' in model spec '{spec}'")));
+    }
     if provider != "scripted" && rest.trim().is_empty() {
         bail!(UsageError(format!(
             "model spec '{spec}' names no model: write {provider}:MODEL, e.g. openai:gpt-4o"
         )));
     }
+    Ok((provider, rest))
+}
+
+/// Builds the model client for `spec`.
+pub fn model_client(
+    spec: &str,
+    base_url: Option<&str>,
+    context_window: Option<u64>,
+) -> anyhow::Result<Arc<dyn ModelClient>> {
+    let (provider, rest) = split_spec(spec)?;
     match provider {
         "scripted" => {
             let model = ScriptedModel::from_path(Path::new(rest))

@@ -537,6 +537,15 @@ async fn redteam_sched_a_schedule_for_a_workspace_outside_the_roots_is_refused()
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let inside_id = body["schedule_id"].as_str().unwrap().to_owned();
+    // A model no provider serves is refused when the schedule is made, not at its fires.
+    let (status, refused) = host
+        .post(
+            "/v1/schedules",
+            json!({"every": "1s", "workspace": inside, "model": "bogus:x", "task": "tick"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert!(refused.to_string().contains("unknown provider 'bogus'"), "{refused}");
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let (_, listed) = host.get("/v1/schedules").await;
     let ids: Vec<&str> =
@@ -846,14 +855,42 @@ fn bad_schedule_flags_are_usage_errors_that_name_the_flag() {
             assert!(stderr(&output).contains(name), "{name} not in {}", stderr(&output));
         }
     }
+    // A model `keel run` would refuse is refused when the schedule is added, not at its
+    // first fire.
+    let with_model = |model: &str| {
+        env.run(&[
+            "schedule",
+            "add",
+            "--every",
+            "90s",
+            "-C",
+            ws.to_str().unwrap(),
+            "-m",
+            model,
+            "x",
+        ])
+    };
+    for (model, named) in [
+        ("bogus:zzz", "unknown provider 'bogus'"),
+        ("openai:", "names no model"),
+        ("gpt-4o", "invalid model spec"),
+        ("scripted:/nonexistent/s.json", "/nonexistent/s.json"),
+    ] {
+        let output = with_model(model);
+        assert_eq!(output.status.code(), Some(2), "{model}: {}", stderr(&output));
+        assert!(stderr(&output).contains(named), "{named} not in {}", stderr(&output));
+    }
     let listed = env.run(&["schedule", "list", "--json"]);
     assert_eq!(stdout(&listed), "", "nothing was added");
     for flags in [&["--cron", "0 9 * * *", "--tz", "Europe/Berlin"][..], &["--every", "90s"][..]] {
         let output = add(flags);
         assert_eq!(output.status.code(), Some(0), "{flags:?}: {}", stderr(&output));
     }
+    // The neighbour: a hosted model needs no key in this shell (the firing host has it).
+    let output = with_model("openai:gpt-4o");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let listed = stdout(&env.run(&["schedule", "list", "--json"]));
-    assert_eq!(listed.lines().count(), 2, "{listed}");
+    assert_eq!(listed.lines().count(), 3, "{listed}");
     assert!(listed.contains("Europe/Berlin"), "{listed}");
 }
 

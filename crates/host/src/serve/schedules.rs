@@ -329,6 +329,10 @@ async fn spec_of(host: &Host, body: ScheduleBody) -> Result<ScheduleSpec, ApiErr
                 .model
                 .clone()
                 .ok_or_else(|| ApiError::bad_request("a workspace template needs a model"))?;
+            // The spec's shape and provider now, not at the first fire (no file is read
+            // and no key looked for here).
+            crate::provider::check_model_spec(&model)
+                .map_err(|error| ApiError::bad_request(format!("model: {error}")))?;
             Target::Template {
                 workspace: canonical.display().to_string(),
                 model,
