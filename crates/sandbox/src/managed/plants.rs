@@ -291,9 +291,15 @@ fn write_note(workspace: &Path, note: &Note) -> std::io::Result<PathBuf> {
         Err(_) => std::fs::create_dir(&dir)?,
     }
     let json = serde_json::to_vec(note).map_err(std::io::Error::other)?;
-    let file = tempfile::Builder::new().prefix("plants-").suffix(".json").tempfile_in(&dir)?;
-    std::fs::write(file.path(), json)?;
-    let (_, path) = file.keep().map_err(|error| error.error)?;
+    // Written whole under a name the sweep skips, then renamed to `plants-*.json`: another
+    // keel's sweep never reads a note half written (and reports it unreadable).
+    let mut file =
+        tempfile::Builder::new().prefix(".writing-plants-").suffix(".json").tempfile_in(&dir)?;
+    std::io::Write::write_all(&mut file, &json)?;
+    let written = file.path().file_name().and_then(|name| name.to_str()).unwrap_or_default();
+    let name = written.strip_prefix(".writing-").unwrap_or("plants-note.json").to_owned();
+    let path = dir.join(name);
+    file.persist_noclobber(&path).map_err(|error| error.error)?;
     Ok(path)
 }
 

@@ -562,6 +562,11 @@ async fn redteam_plant_note_sweep_never_follows_a_linked_keel_folder() {
     assert_eq!(repairs.iter().filter(|n| n.contains("cannot verify")).count(), 1, "{repairs:?}");
     assert!(!keel.join("sandbox/plants-dead.json").exists());
     assert!(keel.join("sandbox/important.json").exists(), "not a note: left alone");
+    // A note another keel is still writing (its temporary name) is neither read nor
+    // reported.
+    std::fs::write(keel.join("sandbox/.writing-plants-x.json"), "{\"keel_pid\": 1").unwrap();
+    assert!(recover_plants(&repo.root).is_empty());
+    assert!(keel.join("sandbox/.writing-plants-x.json").exists());
     let out = repo.sh("echo ../evil > .git/commondir; echo planted").await;
     assert!(out.stdout.text.contains("planted"));
     assert!(!repo.root.join(".git/commondir").exists());
