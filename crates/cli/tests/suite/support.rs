@@ -71,6 +71,14 @@ pub(crate) fn json_lines(output: &Output) -> Vec<serde_json::Value> {
     stdout(output).lines().map(|line| serde_json::from_str(line).unwrap()).collect()
 }
 
+/// The events of kind `kind`, in order.
+pub(crate) fn events_of<'a>(
+    events: &'a [serde_json::Value],
+    kind: &str,
+) -> Vec<&'a serde_json::Value> {
+    events.iter().filter(|event| event["kind"] == kind).collect()
+}
+
 pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
