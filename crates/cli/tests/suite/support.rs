@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
@@ -95,4 +96,27 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
 /// Writes `json` as a script and returns the `scripted:PATH` model spec.
 pub(crate) fn scripted(env: &Env, json: &str) -> String {
     format!("scripted:{}", env.write_script("script.json", json).display())
+}
+
+/// Runs `command` (stdin closed, stdout and stderr captured), failing the test instead of
+/// hanging when it has not ended within `limit`.
+pub(crate) fn output_within(mut command: Command, limit: Duration) -> Output {
+    let mut child =
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!("keel hung for {limit:?}; stderr: {}", stderr(&output));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Makes a FIFO at `path` (with the `mkfifo` tool).
+pub(crate) fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
 }
