@@ -42,6 +42,14 @@ impl Env {
         self.keel().args(args).output().unwrap()
     }
 
+    /// `keel run -C WS -m MODEL FLAGS… t`: a run of the task "t", returns the output.
+    pub(crate) fn run_t(&self, ws: &Path, model: &str, flags: &[&str]) -> Output {
+        let mut args = vec!["run", "-C", ws.to_str().unwrap(), "-m", model];
+        args.extend_from_slice(flags);
+        args.push("t");
+        self.run(&args)
+    }
+
     pub(crate) fn write_script(&self, name: &str, json: &str) -> PathBuf {
         let path = self.scratch.path().join(name);
         std::fs::write(&path, json).unwrap();

@@ -37,21 +37,11 @@ fn shadow_mode_leaves_the_workspace_byte_identical() {
     std::fs::write(ws.join("a.txt"), "original\n").unwrap();
     let before = snapshot(&ws);
     let model = scripted(&env, READ_WRITE_BASH);
-    let output = env.run(&[
-        "run",
-        "-C",
-        ws.to_str().unwrap(),
-        "-m",
+    let output = env.run_t(
+        &ws,
         &model,
-        "--mode",
-        "shadow",
-        "--approval",
-        "auto",
-        "--sandbox",
-        "bypass",
-        "--json",
-        "t",
-    ]);
+        &["--mode", "shadow", "--approval", "auto", "--sandbox", "bypass", "--json"],
+    );
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(snapshot(&ws), before, "shadow mode changed the workspace");
     let events = json_lines(&output);
@@ -77,19 +67,7 @@ fn approval_deny_refuses_writes_and_forbid_refuses_tools() {
     std::fs::write(ws.join("a.txt"), "original\n").unwrap();
     let before = snapshot(&ws);
     let model = scripted(&env, READ_WRITE_BASH);
-    let output = env.run(&[
-        "run",
-        "-C",
-        ws.to_str().unwrap(),
-        "-m",
-        &model,
-        "--approval",
-        "deny",
-        "--sandbox",
-        "bypass",
-        "--json",
-        "t",
-    ]);
+    let output = env.run_t(&ws, &model, &["--approval", "deny", "--sandbox", "bypass", "--json"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(snapshot(&ws), before);
     let events = json_lines(&output);
@@ -106,21 +84,11 @@ fn approval_deny_refuses_writes_and_forbid_refuses_tools() {
         .collect();
     assert_eq!(asked, vec!["write", "write"]);
 
-    let output = env.run(&[
-        "run",
-        "-C",
-        ws.to_str().unwrap(),
-        "-m",
+    let output = env.run_t(
+        &ws,
         &model,
-        "--approval",
-        "auto",
-        "--sandbox",
-        "bypass",
-        "--forbid",
-        "bash,write_file",
-        "--json",
-        "t",
-    ]);
+        &["--approval", "auto", "--sandbox", "bypass", "--forbid", "bash,write_file", "--json"],
+    );
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(snapshot(&ws), before);
     let events = json_lines(&output);
@@ -140,7 +108,7 @@ fn without_a_terminal_the_default_approval_is_deny() {
         &env,
         r#"{"steps":[{"tool_calls":[{"name":"write_file","arguments":{"path":"x","content":"y"}}]},{"text":"ok","expect":{"last_outcomes":["refused"]}}]}"#,
     );
-    let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "t"]);
+    let output = env.run_t(&ws, &model, &[]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     // The notice comes with the refused call, not before the run.
     let err = stderr(&output);
@@ -177,32 +145,10 @@ fn config_rules_pre_answer_and_forbid_refuses_an_intrinsic_tool() {
             {"text":"done","expect":{"last_outcomes":["ok","refused","refused"]}}
         ]}"#,
     );
-    let output = env.run(&[
-        "run",
-        "-C",
-        ws.to_str().unwrap(),
-        "-m",
-        &model,
-        "--approval",
-        "ask",
-        "--forbid",
-        "todo",
-        "--json",
-        "t",
-    ]);
+    let output = env.run_t(&ws, &model, &["--approval", "ask", "--forbid", "todo", "--json"]);
     // --approval ask without a terminal is a usage error, even with rules.
     assert_eq!(output.status.code(), Some(2));
-    let output = env.run(&[
-        "run",
-        "-C",
-        ws.to_str().unwrap(),
-        "-m",
-        &model,
-        "--forbid",
-        "todo",
-        "--json",
-        "t",
-    ]);
+    let output = env.run_t(&ws, &model, &["--forbid", "todo", "--json"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(std::fs::read_to_string(ws.join("notes/a.md")).unwrap(), "a");
     assert!(!ws.join("notes/private.md").exists());
@@ -226,7 +172,7 @@ fn config_rules_pre_answer_and_forbid_refuses_an_intrinsic_tool() {
             {"text":"done","expect":{"last_outcomes":["refused"]}}
         ]}"#,
     );
-    let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "--json", "t"]);
+    let output = env.run_t(&ws, &model, &["--json"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(stderr(&output).contains("ignored `permissions.allow`"), "{}", stderr(&output));
     let by: Vec<String> = json_lines(&output)
@@ -261,17 +207,7 @@ fn a_boundary_request_widens_managed_bash_when_approved_and_denial_exits_4() {
         format!("[permissions]\nallow = [\"request_boundary({})\"]\n", outside.path().display()),
     )
     .unwrap();
-    let output = env.run(&[
-        "run",
-        "-C",
-        ws.to_str().unwrap(),
-        "-m",
-        &model,
-        "--approval",
-        "auto",
-        "--json",
-        "t",
-    ]);
+    let output = env.run_t(&ws, &model, &["--approval", "auto", "--json"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     std::fs::remove_file(&config).unwrap();
     let events = json_lines(&output);
@@ -286,8 +222,7 @@ fn a_boundary_request_widens_managed_bash_when_approved_and_denial_exits_4() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "two\n");
 
     std::fs::remove_file(&target).unwrap();
-    let output =
-        env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "deny", "t"]);
+    let output = env.run_t(&ws, &model, &["--approval", "deny"]);
     assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
     assert!(stderr(&output).contains("✗ denied: "), "{}", stderr(&output));
     assert!(!target.exists());
@@ -330,17 +265,7 @@ fn b09_deny_rules_hold_for_reads_searches_and_links() {
             {"text":"done","expect":{"last_outcomes":["refused","refused","refused","refused","refused","refused","refused","ok"]}}
         ]}"#,
     );
-    let output = env.run(&[
-        "run",
-        "-C",
-        ws.to_str().unwrap(),
-        "-m",
-        &model,
-        "--approval",
-        "auto",
-        "--json",
-        "t",
-    ]);
+    let output = env.run_t(&ws, &model, &["--approval", "auto", "--json"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(!stdout(&output).contains("0000-CANARY"), "the canary leaked");
     assert!(!ws.join("docs/private/new.md").exists());

@@ -58,7 +58,7 @@ fn sessions_show_usage_summed_over_every_turn() {
             {"text":"second","usage":{"input_tokens":500,"output_tokens":7}}
         ]}"#,
     );
-    let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "--json", "t"]);
+    let output = env.run_t(&ws, &model, &["--json"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let session = json_lines(&output)[0]["session_id"].as_str().unwrap().to_owned();
     let output = env.run(&["resume", &session, "and more"]);
@@ -86,7 +86,7 @@ fn one_corrupt_session_does_not_hide_the_others() {
     let model = scripted(&env, r#"{"steps":[{"text":"hi"}]}"#);
     let mut ids = Vec::new();
     for _ in 0..2 {
-        let output = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "--json", "t"]);
+        let output = env.run_t(&ws, &model, &["--json"]);
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
         ids.push(json_lines(&output)[0]["session_id"].as_str().unwrap().to_owned());
     }
@@ -131,7 +131,7 @@ fn sessions_and_log_without_a_ledger_create_nothing() {
     assert_eq!(listing(&env), Vec::<String>::new(), "nothing was created");
     let ws = env.workspace();
     let model = format!("scripted:{}", env.write_script("d.json", DONE_SCRIPT).display());
-    let run = env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "-q", "t"]);
+    let run = env.run_t(&ws, &model, &["-q"]);
     assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
     let json = env.run(&["sessions", "--json"]);
     assert_eq!(stdout(&json).lines().count(), 1, "{}", stdout(&json));

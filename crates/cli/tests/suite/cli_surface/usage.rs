@@ -138,10 +138,7 @@ fn a_closed_stdout_is_not_a_panic() {
     let ws = env.workspace();
     let model = scripted(&env, r#"{"steps":[{"text":"a long answer"}]}"#);
     for _ in 0..3 {
-        assert_eq!(
-            env.run(&["run", "-C", ws.to_str().unwrap(), "-m", &model, "t"]).status.code(),
-            Some(0)
-        );
+        assert_eq!(env.run_t(&ws, &model, &[]).status.code(), Some(0));
     }
     for args in [vec!["sessions"], vec!["run", "-C", ws.to_str().unwrap(), "-m", &model, "t"]] {
         let mut child = env
@@ -171,18 +168,7 @@ fn the_test_environment_has_a_private_home() {
         ]})
         .to_string(),
     );
-    let output = env.run(&[
-        "run",
-        "-C",
-        ws.to_str().unwrap(),
-        "-m",
-        &model,
-        "--approval",
-        "auto",
-        "--sandbox",
-        "bypass",
-        "t",
-    ]);
+    let output = env.run_t(&ws, &model, &["--approval", "auto", "--sandbox", "bypass"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(stdout(&output), "done\n");
 }

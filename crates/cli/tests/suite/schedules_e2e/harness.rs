@@ -83,6 +83,19 @@ pub(super) fn wait_results(events: &[Value]) -> Vec<&Value> {
     events.iter().filter(|e| e["kind"] == "tool_result" && e["tool"] == "wait").collect()
 }
 
+/// Creates a session of the scripted model `script` in `workspace`, with the approval the
+/// host gives when none is asked for; its id.
+pub(super) async fn create_session(client: &Client, workspace: &Path, script: &Path) -> String {
+    let (status, body) = client
+        .post(
+            "/v1/sessions",
+            json!({"workspace": workspace, "model": format!("scripted:{}", script.display())}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["session_id"].as_str().unwrap().to_owned()
+}
+
 /// Posts a wake with `payload` to `/v1/wakes/WAKE_ID`.
 pub(super) async fn wake(client: &Client, wake_id: &str, payload: &str) -> (StatusCode, Value) {
     client.post(&format!("/v1/wakes/{wake_id}"), json!({"payload": payload})).await
@@ -104,14 +117,7 @@ pub(super) async fn hosted_wait(
         ]})
         .to_string(),
     );
-    let (status, body) = client
-        .post(
-            "/v1/sessions",
-            json!({"workspace": workspace, "model": format!("scripted:{}", script.display())}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let session = body["session_id"].as_str().unwrap().to_owned();
+    let session = create_session(client, &workspace, &script).await;
     client.turn(&session, "go").await;
     client.wait_state(&session, "suspended").await;
     let wake_id = wake_id_of(&ledger(env, &session));

@@ -7,7 +7,9 @@ use keel_store::{FireRow, FireState};
 use reqwest::StatusCode;
 use serde_json::json;
 
-use super::harness::{fires, hosted_wait, post_schedule, sqlite_schedules, wait_results, wake};
+use super::harness::{
+    create_session, fires, hosted_wait, post_schedule, sqlite_schedules, wait_results, wake,
+};
 use crate::suite::serve_e2e::harness::{Host, ledger};
 use crate::suite::support::Env;
 
@@ -21,14 +23,7 @@ async fn schedule_into_a_session_fires_turns_and_admission_is_checked_at_every_f
     );
     let host = Host::start(&env, &[]);
     let client = host.client();
-    let (status, body) = client
-        .post(
-            "/v1/sessions",
-            json!({"workspace": workspace, "model": format!("scripted:{}", script.display())}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let session = body["session_id"].as_str().unwrap().to_owned();
+    let session = create_session(&client, &workspace, &script).await;
     // A session's fires use its own approval: a schedule cannot choose another.
     let (status, body) = client
         .post(

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::harness::{keel_run, ledger, session_id};
+use super::harness::{ledger, session_id};
 use crate::suite::support::{Env, scripted, stderr, stdout};
 
 /// A write in the workspace, then a request for write access to `extra`.
@@ -43,7 +43,7 @@ fn check_refused_boundary(approval: &str) {
     let ws = env.workspace();
     let extra = env.scratch.path().join("cache");
     let model = boundary_script(&env, &extra);
-    let output = keel_run(&env, &ws, &model, &["--approval", approval]);
+    let output = env.run_t(&ws, &model, &["--approval", approval]);
     // The denial finalizes the turn (exit 4), with the reason shown.
     assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
     let err = stderr(&output);
@@ -87,7 +87,7 @@ fn redteam_boundary_an_explicit_user_rule_grants_only_what_it_names() {
     )
     .unwrap();
     let model = boundary_script(&env, &extra);
-    let output = keel_run(&env, &ws, &model, &["--approval", "auto"]);
+    let output = env.run_t(&ws, &model, &["--approval", "auto"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let events = ledger(&env, &session_id(&env));
     assert!(widened(&events));
@@ -114,7 +114,7 @@ fn redteam_boundary_an_explicit_user_rule_grants_only_what_it_names() {
     .unwrap();
     let escape = env2.scratch.path().join("cache/../../etc");
     let model = boundary_script(&env2, &escape);
-    let output = keel_run(&env2, &ws2, &model, &["--approval", "auto"]);
+    let output = env2.run_t(&ws2, &model, &["--approval", "auto"]);
     assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
     assert!(!widened(&ledger(&env2, &session_id(&env2))));
 
@@ -133,7 +133,7 @@ fn redteam_boundary_an_explicit_user_rule_grants_only_what_it_names() {
     )
     .unwrap();
     let model = boundary_script(&env3, &allowed.join("link"));
-    let output = keel_run(&env3, &ws3, &model, &["--approval", "auto"]);
+    let output = env3.run_t(&ws3, &model, &["--approval", "auto"]);
     assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
     assert!(!widened(&ledger(&env3, &session_id(&env3))));
 }
@@ -150,7 +150,7 @@ fn redteam_boundary_a_workspace_rule_does_not_grant() {
     )
     .unwrap();
     let model = boundary_script(&env, &extra);
-    let output = keel_run(&env, &ws, &model, &["--approval", "auto"]);
+    let output = env.run_t(&ws, &model, &["--approval", "auto"]);
     assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(stderr(&output).contains("permissions.allow"), "{}", stderr(&output));
     // Whatever ran, nothing was widened.
@@ -166,7 +166,7 @@ fn redteam_boundary_a_workspace_rule_does_not_grant() {
         "[permissions]\nallow = [\"request_boundary\"]\n",
     )
     .unwrap();
-    let output = keel_run(&env, &ws, &model, &["--approval", "auto"]);
+    let output = env.run_t(&ws, &model, &["--approval", "auto"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }
 
@@ -182,7 +182,7 @@ fn redteam_boundary_sandboxed_approves_nothing_when_the_sandbox_is_bypassed() {
             {"text":"done","expect":{"last_outcomes":["refused"]}}
         ]}"#,
     );
-    let output = keel_run(&env, &ws, &model, &["--approval", "sandboxed", "--sandbox", "bypass"]);
+    let output = env.run_t(&ws, &model, &["--approval", "sandboxed", "--sandbox", "bypass"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(!ws.join("ran.txt").exists() && !ws.join("w.txt").exists());
     let err = stderr(&output);
@@ -201,7 +201,7 @@ fn redteam_boundary_sandboxed_approves_nothing_when_the_sandbox_is_bypassed() {
             {"text":"done","expect":{"last_outcomes":["ok"]}}
         ]}"#,
     );
-    let output = keel_run(&env, &ws, &managed, &["--approval", "sandboxed"]);
+    let output = env.run_t(&ws, &managed, &["--approval", "sandboxed"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(ws.join("ran.txt").exists() && ws.join("w.txt").exists());
 }
@@ -222,7 +222,7 @@ fn redteam_boundary_sandboxed_refuses_writes_outside_the_workspace() {
             outside.display()
         ),
     );
-    let output = keel_run(&env, &ws, &model, &["--approval", "sandboxed"]);
+    let output = env.run_t(&ws, &model, &["--approval", "sandboxed"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(!outside.exists());
     assert_eq!(
@@ -254,7 +254,7 @@ fn redteam_boundary_sandboxed_does_not_approve_edits_of_git_metadata_or_links_ou
             {"text":"done","expect":{"last_outcomes":["refused","refused","refused","ok"]}}
         ]}"##,
     );
-    let output = keel_run(&env, &ws, &model, &["--approval", "sandboxed"]);
+    let output = env.run_t(&ws, &model, &["--approval", "sandboxed"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let err = stderr(&output);
     assert_eq!(err.matches("writes git or keel metadata").count(), 2, "{err}");

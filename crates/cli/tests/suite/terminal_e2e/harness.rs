@@ -1,18 +1,6 @@
-//! The harness of the terminal suite: `keel run` of a scripted model in a workspace, the
-//! session it made, and its ledger.
-
-use std::path::Path;
-use std::process::Output;
+//! The harness of the terminal suite: the session a run made, and its ledger.
 
 use crate::suite::support::{Env, json_lines, stdout};
-
-/// `keel run -C WS -m MODEL FLAGS… t`.
-pub(super) fn keel_run(env: &Env, ws: &Path, model: &str, flags: &[&str]) -> Output {
-    let mut args = vec!["run", "-C", ws.to_str().unwrap(), "-m", model];
-    args.extend_from_slice(flags);
-    args.push("t");
-    env.run(&args)
-}
 
 /// The id of the newest session.
 pub(super) fn session_id(env: &Env) -> String {

@@ -1,7 +1,6 @@
 //! The session habits: `keel sessions` filtered by folder and limited, with zoned times,
 //! and `--last` for `stop`, `resume` and `seal`.
 
-use super::harness::keel_run;
 use crate::suite::support::{Env, scripted, stderr, stdout};
 
 #[test]
@@ -15,7 +14,7 @@ fn sessions_show_the_workspace_filter_by_dir_and_limit_with_zoned_times() {
     let b = env.scratch.path().join("b");
     for dir in [&a, &b, &a] {
         std::fs::create_dir_all(dir).unwrap();
-        let output = keel_run(&env, dir, &model, &["--approval", "sandboxed"]);
+        let output = env.run_t(dir, &model, &["--approval", "sandboxed"]);
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
         // The sandbox made .keel/ for the command (so it could not plant one); keel
         // leaves no empty folder behind.
@@ -24,7 +23,7 @@ fn sessions_show_the_workspace_filter_by_dir_and_limit_with_zoned_times() {
     // The neighbour: a .keel/ the user made stays, even empty.
     let own = env.scratch.path().join("own");
     std::fs::create_dir_all(own.join(".keel")).unwrap();
-    let output = keel_run(&env, &own, &model, &["--approval", "sandboxed"]);
+    let output = env.run_t(&own, &model, &["--approval", "sandboxed"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(own.join(".keel").is_dir());
     let all = stdout(&env.run(&["sessions", "-C", env.scratch.path().to_str().unwrap()]));
@@ -54,7 +53,7 @@ fn stop_without_an_active_run_says_so_and_exits_1() {
     let env = Env::new();
     let ws = env.workspace();
     let model = scripted(&env, r#"{"steps":[{"text":"hi"}]}"#);
-    assert_eq!(keel_run(&env, &ws, &model, &[]).status.code(), Some(0));
+    assert_eq!(env.run_t(&ws, &model, &[]).status.code(), Some(0));
     let output = env.run(&["stop", "--last"]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert!(stderr(&output).contains("has no active run (it is completed)"), "{}", stderr(&output));

@@ -5,7 +5,7 @@
 
 use expect_test::expect;
 
-use super::harness::{keel_run, ledger, session_id};
+use super::harness::{ledger, session_id};
 use crate::suite::support::{Env, json_lines, scripted, stderr, stdout};
 
 /// A run with an edit, a failing command and a refused call.
@@ -46,7 +46,7 @@ fn a_run_shows_one_line_per_call_and_its_log_reads_the_same() {
     let ws = env.workspace();
     std::fs::write(ws.join("lib.py"), "for i in range(n - 1):\n    total += i\n").unwrap();
     let model = scripted(&env, EDIT_FAIL_REFUSE);
-    let output = keel_run(&env, &ws, &model, &["--approval", "sandboxed"]);
+    let output = env.run_t(&ws, &model, &["--approval", "sandboxed"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     // The answer appears once: on stdout, not also on stderr.
     assert_eq!(stdout(&output), "Fixed the bound; test_four still fails.\n");
@@ -99,13 +99,13 @@ fn verbose_is_the_full_trace_and_quiet_only_the_answer() {
     let ws = env.workspace();
     std::fs::write(ws.join("lib.py"), "for i in range(n - 1):\n").unwrap();
     let model = scripted(&env, EDIT_FAIL_REFUSE);
-    let quiet = keel_run(&env, &ws, &model, &["--approval", "sandboxed", "-q"]);
+    let quiet = env.run_t(&ws, &model, &["--approval", "sandboxed", "-q"]);
     assert_eq!(quiet.status.code(), Some(0), "{}", stderr(&quiet));
     assert_eq!(stdout(&quiet), "Fixed the bound; test_four still fails.\n");
     assert_eq!(stderr(&quiet), "");
 
     std::fs::write(ws.join("lib.py"), "for i in range(n - 1):\n").unwrap();
-    let verbose = keel_run(&env, &ws, &model, &["--approval", "sandboxed", "-v"]);
+    let verbose = env.run_t(&ws, &model, &["--approval", "sandboxed", "-v"]);
     assert_eq!(verbose.status.code(), Some(0), "{}", stderr(&verbose));
     let trace = stderr(&verbose);
     for kind in ["turn:", "gate ", "permission asked", "result call_", "run_completed"] {
@@ -123,7 +123,7 @@ fn output_format_json_prints_one_object_at_the_end() {
         &env,
         r#"{"steps":[{"text":"all good","usage":{"input_tokens":120,"output_tokens":7}}]}"#,
     );
-    let output = keel_run(&env, &ws, &model, &["--output-format", "json"]);
+    let output = env.run_t(&ws, &model, &["--output-format", "json"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = stdout(&output);
     assert_eq!(text.lines().count(), 1, "{text}");
@@ -138,7 +138,7 @@ fn output_format_json_prints_one_object_at_the_end() {
     assert!(object["duration_ms"].as_u64().is_some(), "{object}");
     assert_eq!(stderr(&output), "");
     // stream-json is --json: the event lines, exactly as the ledger keeps them.
-    let streamed = keel_run(&env, &ws, &model, &["--output-format", "stream-json"]);
+    let streamed = env.run_t(&ws, &model, &["--output-format", "stream-json"]);
     let events = json_lines(&streamed);
     assert_eq!(events.first().unwrap()["kind"], "session_created");
     assert_eq!(events.last().unwrap()["kind"], "run_completed");
@@ -146,7 +146,7 @@ fn output_format_json_prints_one_object_at_the_end() {
     assert_eq!(stdout(&env.run(&["log", session, "--json"])), stdout(&streamed));
     // A failed run is an object too, with its exit status.
     let failing = scripted(&env, r#"{"steps":[{"text":"x","expect":{"contains":"never sent"}}]}"#);
-    let output = keel_run(&env, &ws, &failing, &["--output-format", "json"]);
+    let output = env.run_t(&ws, &failing, &["--output-format", "json"]);
     assert_eq!(output.status.code(), Some(1));
     let object: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!((object["exit"].as_u64(), object["outcome"].as_str()), (Some(1), Some("failed")));
@@ -166,7 +166,7 @@ fn redteam_terminal_the_binary_shows_no_raw_escape_from_model_files_or_output() 
             {"text":"done\u001b[31m red \u009b2J café 日本 🚀"}
         ]}"#,
     );
-    let output = keel_run(&env, &ws, &model, &["--approval", "sandboxed"]);
+    let output = env.run_t(&ws, &model, &["--approval", "sandboxed"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let session = session_id(&env);
     let log = stdout(&env.run(&["log", &session]));
@@ -199,7 +199,7 @@ fn an_unreachable_endpoint_is_one_line_with_the_url_and_a_hint() {
     // A port with no server behind it.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = format!("http://127.0.0.1:{port}/v1");
-    let output = keel_run(&env, &ws, "openai:m", &["--base-url", &url]);
+    let output = env.run_t(&ws, "openai:m", &["--base-url", &url]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let err = stderr(&output);
     let failed: Vec<&str> = err.lines().filter(|line| line.starts_with("✗ failed")).collect();
@@ -207,7 +207,7 @@ fn an_unreachable_endpoint_is_one_line_with_the_url_and_a_hint() {
     assert!(failed[0].contains(&format!("cannot reach {url}/chat/completions")), "{err}");
     assert!(failed[0].contains("is the server running, and is --base-url"), "{err}");
     // With the view off, the same single line is keel's error line.
-    let output = keel_run(&env, &ws, "openai:m", &["--base-url", &url, "-q"]);
+    let output = env.run_t(&ws, "openai:m", &["--base-url", &url, "-q"]);
     let err = stderr(&output);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("keel: run failed: model error: cannot reach"), "{err}");
@@ -231,7 +231,7 @@ fn a_sub_agent_shows_under_its_call_and_each_log_is_its_own_projection() {
             ]}}
         }"#,
     );
-    let output = keel_run(&env, &ws, &model, &["--approval", "auto"]);
+    let output = env.run_t(&ws, &model, &["--approval", "auto"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let err = stderr(&output);
     let (child, own): (Vec<&str>, Vec<&str>) = err.lines().partition(|l| l.starts_with("    ┊ "));
