@@ -2,7 +2,7 @@
 //! binary, a scripted model, and a small stdio MCP server
 //! (crates/mcp/tests/servers/elicit_server.py) that asks what a test tells it to.
 
-use super::support::{Env, json_lines, repo_root, stderr, stdout};
+use super::support::{Env, events_of, json_lines, repo_root, stderr, stdout};
 
 /// `[mcp_servers.NAME]` for the elicit server, with `ask` declared a read when `read`.
 pub(crate) fn elicit_server(name: &str, read: bool) -> String {
@@ -19,13 +19,6 @@ pub(crate) fn elicit_server(name: &str, read: bool) -> String {
         ));
     }
     text
-}
-
-pub(crate) fn events_of<'a>(
-    events: &'a [serde_json::Value],
-    kind: &str,
-) -> Vec<&'a serde_json::Value> {
-    events.iter().filter(|event| event["kind"] == kind).collect()
 }
 
 fn run(

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::support::{Env, repo_root, stderr, stdout};
+use super::support::{Env, copy_dir, repo_root, stderr, stdout};
 
 fn results(out: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(out.join("results.jsonl"))
@@ -197,19 +197,6 @@ fn eval_resume_after_kill_9_finishes_without_rerunning_finished_attempts() {
     let interrupted_line = lines.iter().find(|l| l["repetition"] == interrupted[0].1).unwrap();
     assert_eq!(interrupted_line["attempt"], 2, "{interrupted_line}");
     assert!(stdout(&resumed).contains(&format!("{} finished before", finished_before.len())));
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// A hostile dataset's folder names (a newline and a forged progress line, raw escapes)

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::support::{Env, json_lines, repo_root, stderr, stdout};
+use super::support::{Env, events_of, json_lines, repo_root, stderr, stdout};
 
 /// The folder with the installed test servers: `KEEL_MCP_SERVERS_DIR`, else
 /// crates/mcp/tests/servers. Fails (never skips) when they are not installed.
@@ -33,10 +33,6 @@ fn toml_string(path: &Path) -> String {
 
 fn write_user_config(env: &Env, text: &str) {
     std::fs::write(env.home.path().join("config.toml"), text).unwrap();
-}
-
-fn events_of<'a>(events: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
-    events.iter().filter(|event| event["kind"] == kind).collect()
 }
 
 #[test]

@@ -7,18 +7,35 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::{Value, json};
+
 use super::support::{Env, scripted, stderr, stdout};
+
+/// A scripted model whose one step is a `bash` call with `arguments`, then "done".
+fn bash_model(env: &Env, arguments: Value) -> String {
+    let script = json!({"steps": [
+        {"tool_calls": [{"name": "bash", "arguments": arguments}]},
+        {"text": "done"}
+    ]});
+    scripted(env, &script.to_string())
+}
+
+/// `keel run` of `model` in `ws` in managed mode under `--approval auto`, with `home` as
+/// its KEEL_HOME and HOME.
+fn managed_run(env: &Env, home: &Path, ws: &Path, model: &str) -> Command {
+    let mut command = env.keel();
+    command
+        .env("KEEL_HOME", home)
+        .env("HOME", home)
+        .args(["run", "-C", ws.to_str().unwrap(), "-m", model, "--approval", "auto"])
+        .args(["--sandbox", "managed", "t"]);
+    command
+}
 
 /// Runs `keel run` in managed mode with one `bash` call, in the background.
 fn spawn_run(env: &Env, ws: &Path, command: &str) -> Child {
-    let script = serde_json::json!({"steps": [
-        {"tool_calls": [{"name": "bash", "arguments": {"command": command, "timeout_ms": 600_000}}]},
-        {"text": "done"}
-    ]});
-    let model = scripted(env, &script.to_string());
-    env.keel()
-        .args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto"])
-        .args(["--sandbox", "managed", "t"])
+    let model = bash_model(env, json!({"command": command, "timeout_ms": 600_000}));
+    managed_run(env, env.home.path(), ws, &model)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -122,15 +139,8 @@ fn redteam_orphans_plants_of_a_killed_keel_are_removed_at_the_next_start() {
 fn redteam_env_secrets_in_keels_environment_never_reach_a_command() {
     let env = Env::new();
     let ws = env.workspace();
-    let script = serde_json::json!({"steps": [
-        {"tool_calls": [{"name": "bash", "arguments": {"command": "env > env.txt"}}]},
-        {"text": "done"}
-    ]});
-    let model = scripted(&env, &script.to_string());
-    let output = env
-        .keel()
-        .args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto"])
-        .args(["--sandbox", "managed", "t"])
+    let model = bash_model(&env, json!({"command": "env > env.txt"}));
+    let output = managed_run(&env, env.home.path(), &ws, &model)
         .env("DATABASE_URL", "postgres://user:hunter2@db/prod")
         .env("GITHUB_TOKEN", "ghp_secret")
         .env("SENTRY_DSN", "https://key@sentry.io/1")
@@ -178,19 +188,8 @@ fn redteam_orphans_a_keel_with_another_home_keeps_a_live_runs_plant_note() {
 
     // The second keel, its own home, a managed command of its own in the same workspace.
     let other_home = tempfile::tempdir().unwrap();
-    let script = serde_json::json!({"steps": [
-        {"tool_calls": [{"name": "bash", "arguments": {"command": "echo second > second.txt"}}]},
-        {"text": "done"}
-    ]});
-    let model = scripted(&env, &script.to_string());
-    let second = env
-        .keel()
-        .env("KEEL_HOME", other_home.path())
-        .env("HOME", other_home.path())
-        .args(["run", "-C", ws.to_str().unwrap(), "-m", &model, "--approval", "auto"])
-        .args(["--sandbox", "managed", "t"])
-        .output()
-        .unwrap();
+    let model = bash_model(&env, json!({"command": "echo second > second.txt"}));
+    let second = managed_run(&env, other_home.path(), &ws, &model).output().unwrap();
     assert!(second.status.success(), "{}", stderr(&second));
     assert_eq!(std::fs::read_to_string(ws.join("second.txt")).unwrap(), "second\n");
     assert!(!stderr(&second).contains("plants-"), "{}", stderr(&second));

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
@@ -41,6 +42,14 @@ impl Env {
         self.keel().args(args).output().unwrap()
     }
 
+    /// `keel run -C WS -m MODEL FLAGS… t`: a run of the task "t", returns the output.
+    pub(crate) fn run_t(&self, ws: &Path, model: &str, flags: &[&str]) -> Output {
+        let mut args = vec!["run", "-C", ws.to_str().unwrap(), "-m", model];
+        args.extend_from_slice(flags);
+        args.push("t");
+        self.run(&args)
+    }
+
     pub(crate) fn write_script(&self, name: &str, json: &str) -> PathBuf {
         let path = self.scratch.path().join(name);
         std::fs::write(&path, json).unwrap();
@@ -71,6 +80,14 @@ pub(crate) fn json_lines(output: &Output) -> Vec<serde_json::Value> {
     stdout(output).lines().map(|line| serde_json::from_str(line).unwrap()).collect()
 }
 
+/// The events of kind `kind`, in order.
+pub(crate) fn events_of<'a>(
+    events: &'a [serde_json::Value],
+    kind: &str,
+) -> Vec<&'a serde_json::Value> {
+    events.iter().filter(|event| event["kind"] == kind).collect()
+}
+
 pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
@@ -87,4 +104,27 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
 /// Writes `json` as a script and returns the `scripted:PATH` model spec.
 pub(crate) fn scripted(env: &Env, json: &str) -> String {
     format!("scripted:{}", env.write_script("script.json", json).display())
+}
+
+/// Runs `command` (stdin closed, stdout and stderr captured), failing the test instead of
+/// hanging when it has not ended within `limit`.
+pub(crate) fn output_within(mut command: Command, limit: Duration) -> Output {
+    let mut child =
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!("keel hung for {limit:?}; stderr: {}", stderr(&output));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Makes a FIFO at `path` (with the `mkfifo` tool).
+pub(crate) fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
 }

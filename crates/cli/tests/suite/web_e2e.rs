@@ -3,148 +3,33 @@
 //! hostile ledger text, and the page in headless Chromium (Debian's `chromium`, which
 //! `.ci/run` installs).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 
+use super::serve_e2e::harness::{Host, TOKEN};
 use super::support::Env;
 
-const TOKEN: &str = "web-test-token-0123456789abcdef";
-
-/// A running `keel serve` and the login link it printed.
-struct Host {
-    child: Child,
-    base: String,
-    login: String,
+/// A new one-time login link from the API (bearer).
+async fn mint(host: &Host) -> String {
+    let response = http().post(host.url("/v1/web/logins")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let body: Value = response.json().await.unwrap();
+    host.url(body["path"].as_str().unwrap())
 }
 
-impl Host {
-    fn start(env: &Env) -> Host {
-        let mut child = env
-            .keel()
-            .args(["serve", "--listen", "127.0.0.1:0", "--workspace-root"])
-            .arg(env.scratch.path())
-            .env("KEEL_SERVE_TOKEN", TOKEN)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next().unwrap().unwrap();
-        let base = first.strip_prefix("keel serve: listening on ").unwrap().trim().to_owned();
-        let second = lines.next().unwrap().unwrap();
-        let login = second.strip_prefix("keel serve: web timeline at ").unwrap().trim().to_owned();
-        assert!(login.starts_with(&format!("{base}/login?token=")), "{login}");
-        assert!(!login.contains(TOKEN), "the bearer token was printed");
-        std::thread::spawn(move || for _ in lines {});
-        Host { child, base, login }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn origin(&self) -> String {
-        self.base.clone()
-    }
-
-    /// A new one-time login link from the API (bearer).
-    async fn mint(&self) -> String {
-        let response =
-            http().post(self.url("/v1/web/logins")).bearer_auth(TOKEN).send().await.unwrap();
-        assert_eq!(response.status(), StatusCode::CREATED);
-        let body: Value = response.json().await.unwrap();
-        self.url(body["path"].as_str().unwrap())
-    }
-
-    async fn api(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let mut request = http().request(method, self.url(path)).bearer_auth(TOKEN);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn create(&self, workspace: &Path, script: &Path, approval: &str) -> String {
-        let (status, body) = self
-            .api(
-                reqwest::Method::POST,
-                "/v1/sessions",
-                Some(json!({"workspace": workspace,
-                            "model": format!("scripted:{}", script.display()),
-                            "approval": approval})),
-            )
-            .await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
-        body["session_id"].as_str().unwrap().to_owned()
-    }
-
-    async fn turn(&self, session: &str, input: &str) {
-        let (status, body) = self
-            .api(
-                reqwest::Method::POST,
-                &format!("/v1/sessions/{session}/turns"),
-                Some(json!({"input": input})),
-            )
-            .await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    }
-
-    async fn pending(&self, session: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let (_, body) = self
-                .api(reqwest::Method::GET, &format!("/v1/sessions/{session}/permissions"), None)
-                .await;
-            if let Some(first) = body.as_array().and_then(|list| list.first()) {
-                return first.clone();
-            }
-            assert!(Instant::now() < deadline, "no pending permission request");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn wait_state(&self, session: &str, state: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let (_, body) =
-                self.api(reqwest::Method::GET, &format!("/v1/sessions/{session}"), None).await;
-            if body["state"] == state && body["active_here"] == false {
-                return;
-            }
-            assert!(Instant::now() < deadline, "session never became {state}: {body}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Logs in with `link`; the cookie pair (`keel_web=…`) and the whole Set-Cookie value.
-    async fn login(&self, link: &str) -> (String, String) {
-        let response = http().get(link).send().await.unwrap();
-        assert_eq!(response.status(), StatusCode::SEE_OTHER);
-        assert_eq!(response.headers()["location"], "/");
-        let set = response.headers()["set-cookie"].to_str().unwrap().to_owned();
-        let pair = set.split(';').next().unwrap().trim().to_owned();
-        (pair, set)
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Logs in with `link`; the cookie pair (`keel_web=…`) and the whole Set-Cookie value.
+async fn login(link: &str) -> (String, String) {
+    let response = http().get(link).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(response.headers()["location"], "/");
+    let set = response.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let pair = set.split(';').next().unwrap().trim().to_owned();
+    (pair, set)
 }
 
 fn http() -> reqwest::Client {
@@ -205,11 +90,11 @@ fn chromium(args: &[&str], url: &str, profile: &Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redteam_web_login_token_is_single_use_and_the_cookie_is_strict() {
     let env = Env::new();
-    let host = Host::start(&env);
+    let host = Host::start(&env, &[]);
     // Not logged in: the page and the fragment say so, and show nothing of the ledger.
     let response = http().get(host.url("/")).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-    let (pair, set) = host.login(&host.login).await;
+    let (pair, set) = login(&host.login).await;
     assert!(set.contains("HttpOnly"), "{set}");
     assert!(set.contains("SameSite=Strict"), "{set}");
     assert!(set.contains("Path=/"), "{set}");
@@ -243,8 +128,8 @@ async fn redteam_web_login_token_is_single_use_and_the_cookie_is_strict() {
     let listed = http().get(host.url("/v1/sessions")).header("cookie", &pair).send().await.unwrap();
     assert_eq!(listed.status(), StatusCode::OK);
     // A minted link works once too.
-    let minted = host.mint().await;
-    host.login(&minted).await;
+    let minted = mint(&host).await;
+    login(&minted).await;
     assert_eq!(http().get(&minted).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
 }
 
@@ -253,13 +138,14 @@ async fn redteam_web_cross_origin_and_headerless_posts_with_the_cookie_are_refus
     let env = Env::new();
     let workspace = env.workspace();
     let script = write_script(&env, "ask.json", "note.txt");
-    let host = Host::start(&env);
-    let session = host.create(&workspace, &script, "ask").await;
-    host.turn(&session, "write the note").await;
-    let pending = host.pending(&session).await;
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let session = client.create(&workspace, &script, "ask").await;
+    client.turn(&session, "write the note").await;
+    let pending = client.pending(&session).await;
     let call = pending["call_id"].as_str().unwrap();
     let path = format!("/v1/sessions/{session}/permissions/{call}");
-    let (cookie, _) = host.login(&host.login).await;
+    let (cookie, _) = login(&host.login).await;
     let post = |origin: Option<String>, csrf: bool, site: Option<&'static str>| {
         let mut request = http()
             .post(host.url(&path))
@@ -285,7 +171,7 @@ async fn redteam_web_cross_origin_and_headerless_posts_with_the_cookie_are_refus
     let response = post(Some("http://evil.test".to_owned()), true, None).await.unwrap();
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     // Same origin but without the header (a plain HTML form of the page, script off).
-    let response = post(Some(host.origin()), false, None).await.unwrap();
+    let response = post(Some(host.base.clone()), false, None).await.unwrap();
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     // No Origin at all.
     let response = post(None, true, None).await.unwrap();
@@ -312,12 +198,12 @@ async fn redteam_web_cross_origin_and_headerless_posts_with_the_cookie_are_refus
         .unwrap();
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     // Nothing was answered, nothing written.
-    assert_eq!(host.pending(&session).await["call_id"], call);
+    assert_eq!(client.pending(&session).await["call_id"], call);
     assert!(!workspace.join("note.txt").exists());
     // The legitimate neighbour: the page's own request is accepted and the run goes on.
-    let response = post(Some(host.origin()), true, Some("same-origin")).await.unwrap();
+    let response = post(Some(host.base.clone()), true, Some("same-origin")).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK, "{}", response.text().await.unwrap());
-    host.wait_state(&session, "completed").await;
+    client.wait_state(&session, "completed").await;
     assert_eq!(std::fs::read_to_string(workspace.join("note.txt")).unwrap(), "hello\nworld\n");
 }
 
@@ -341,11 +227,12 @@ async fn redteam_web_hostile_ledger_text_is_escaped_in_the_page_and_fragments() 
     let env = Env::new();
     let workspace = env.workspace();
     let script = hostile_script(&env);
-    let host = Host::start(&env);
-    let session = host.create(&workspace, &script, "auto").await;
-    host.turn(&session, "<script>alert('input')</script>").await;
-    host.wait_state(&session, "completed").await;
-    let (cookie, _) = host.login(&host.login).await;
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let session = client.create(&workspace, &script, "auto").await;
+    client.turn(&session, "<script>alert('input')</script>").await;
+    client.wait_state(&session, "completed").await;
+    let (cookie, _) = login(&host.login).await;
     let page = http()
         .get(host.url(&format!("/?session={session}")))
         .header("cookie", &cookie)
@@ -387,7 +274,7 @@ async fn redteam_web_hostile_ledger_text_is_escaped_in_the_page_and_fragments() 
 
     // In a real browser nothing of it runs.
     let profile = tempfile::tempdir().unwrap();
-    let link = host.mint().await;
+    let link = mint(&host).await;
     let url = link;
     let profile_path = profile.path().to_path_buf();
     let dom = tokio::task::spawn_blocking(move || chromium(&["--dump-dom"], &url, &profile_path))
@@ -404,10 +291,11 @@ async fn web_timeline_in_headless_chromium_shows_the_session_and_answers_its_app
     let env = Env::new();
     let workspace = env.workspace();
     let script = write_script(&env, "ask.json", "note.txt");
-    let host = Host::start(&env);
-    let session = host.create(&workspace, &script, "ask").await;
-    host.turn(&session, "write the note").await;
-    let pending = host.pending(&session).await;
+    let host = Host::start(&env, &[]);
+    let client = host.client();
+    let session = client.create(&workspace, &script, "ask").await;
+    client.turn(&session, "write the note").await;
+    let pending = client.pending(&session).await;
     let call = pending["call_id"].as_str().unwrap().to_owned();
 
     // The printed one-time link, in a real browser: it logs in, lands on `/`, and the DOM
@@ -444,7 +332,7 @@ async fn web_timeline_in_headless_chromium_shows_the_session_and_answers_its_app
     // The screenshot (docs/web-timeline.png comes from here).
     let shot = profile.path().join("timeline.png");
     let (link, profile_path, shot_arg) = (
-        host.mint().await,
+        mint(&host).await,
         profile.path().join("shot"),
         format!("--screenshot={}", profile.path().join("timeline.png").display()),
     );
@@ -461,11 +349,11 @@ async fn web_timeline_in_headless_chromium_shows_the_session_and_answers_its_app
 
     // Clicking allow: the page's script posts {answer} to the form's action with the
     // cookie and its CSRF header from the page's origin. The same request here.
-    let (cookie, _) = host.login(&host.mint().await).await;
+    let (cookie, _) = login(&mint(&host).await).await;
     let response = http()
         .post(host.url(&action))
         .header("cookie", &cookie)
-        .header("origin", host.origin())
+        .header("origin", host.base.clone())
         .header("x-keel-web", "1")
         .header("sec-fetch-site", "same-origin")
         .json(&json!({"answer": "allow_once"}))
@@ -475,11 +363,11 @@ async fn web_timeline_in_headless_chromium_shows_the_session_and_answers_its_app
     assert_eq!(response.status(), StatusCode::OK);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["answer"], "allow_once");
-    host.wait_state(&session, "completed").await;
+    client.wait_state(&session, "completed").await;
     assert_eq!(std::fs::read_to_string(workspace.join("note.txt")).unwrap(), "hello\nworld\n");
 
     // The page again: the outcome and the answer, no approval left.
-    let (link, profile_path) = (host.mint().await, profile.path().join("after"));
+    let (link, profile_path) = (mint(&host).await, profile.path().join("after"));
     let dom = tokio::task::spawn_blocking(move || chromium(&["--dump-dom"], &link, &profile_path))
         .await
         .unwrap();

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use keel_eval::{Class, ExperimentSpec};
 
-use super::support::{Lab, TaskBuilder, by_task, check_trajectories, results};
+use super::support::{Lab, TaskBuilder, atif_validator, by_task, check_trajectories, results};
 
 fn examples() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/eval/tasks")
@@ -248,14 +248,7 @@ async fn a_second_run_runs_nothing_and_records_are_immutable() {
 fn the_atif_schema_rejects_what_harbor_rejects() {
     // The schema check is not vacuous: a wrong source, a missing agent, no steps and a
     // tool call without its id each fail it.
-    let schema: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/atif-trajectory.schema.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
+    let validator = atif_validator();
     let good = serde_json::json!({
         "schema_version": "ATIF-v1.6",
         "agent": {"name": "keel", "version": "0.1.0"},

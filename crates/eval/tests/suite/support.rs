@@ -106,9 +106,9 @@ pub(crate) fn by_task<'a>(
     records.iter().filter(|r| r.task == task && r.subject.starts_with(subject_prefix)).collect()
 }
 
-/// Every trajectory the records name validates against Harbor's schema (committed in
-/// crates/eval/schema by scripts/atif-schema). Returns how many were checked.
-pub(crate) fn check_trajectories(records: &[AttemptRecord]) -> usize {
+/// A validator of Harbor's ATIF trajectory schema (committed in crates/eval/schema by
+/// scripts/atif-schema).
+pub(crate) fn atif_validator() -> jsonschema::Validator {
     let schema: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/atif-trajectory.schema.json"),
@@ -116,7 +116,13 @@ pub(crate) fn check_trajectories(records: &[AttemptRecord]) -> usize {
         .unwrap(),
     )
     .unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
+    jsonschema::validator_for(&schema).unwrap()
+}
+
+/// Every trajectory the records name validates against Harbor's schema (committed in
+/// crates/eval/schema by scripts/atif-schema). Returns how many were checked.
+pub(crate) fn check_trajectories(records: &[AttemptRecord]) -> usize {
+    let validator = atif_validator();
     let mut checked = 0;
     for record in records {
         let Some(path) = &record.trajectory else { continue };
