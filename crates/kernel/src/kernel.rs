@@ -131,7 +131,12 @@ impl Kernel {
         } else {
             crate::AgentTools::Withheld
         };
-        let registry = Registry::new(deps.tools.clone(), agents)?;
+        let holder = if depth == 0 {
+            crate::registry::Holder::Session
+        } else {
+            crate::registry::Holder::SubAgent
+        };
+        let registry = Registry::for_kernel(deps.tools.clone(), holder, agents)?;
         Ok(Kernel {
             deps,
             registry,
@@ -185,6 +190,22 @@ impl Kernel {
         self
     }
 
+    /// This kernel, offering the intrinsic `tool` after keel's own (see
+    /// [`Registry::with_intrinsic`]): its calls are gated like any intrinsic's and carried
+    /// out by its [`crate::Intrinsic`] hook. Sub-agents do not get it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::with_intrinsic`]: a name the kernel's tools hold already, a spec that
+    /// does not say `intrinsic: true`, or a schema that does not compile.
+    pub fn with_intrinsic(
+        mut self,
+        tool: Arc<dyn crate::Intrinsic>,
+    ) -> std::result::Result<Kernel, crate::RegistryError> {
+        self.registry = self.registry.with_intrinsic(tool)?;
+        Ok(self)
+    }
+
     /// This kernel, stopping at `failpoints` (crash tests). Children inherit them.
     pub fn with_failpoints(mut self, failpoints: Arc<dyn Failpoints>) -> Kernel {
         self.failpoints = failpoints;
@@ -198,16 +219,10 @@ impl Kernel {
         tools: Vec<Arc<dyn Tool>>,
     ) -> std::result::Result<Kernel, crate::RegistryError> {
         let deps = KernelDeps { tools, ..self.deps.clone() };
-        let mut child = Kernel::at_depth(deps, self.depth + 1, self.max_agent_depth)?
+        // A sub-agent's registry has keel's tools a sub-agent may have (see the registry).
+        Ok(Kernel::at_depth(deps, self.depth + 1, self.max_agent_depth)?
             .with_failpoints(self.failpoints.clone())
-            .with_outbox(self.outbox.clone());
-        // A sub-agent never widens a boundary: it shrinks, never escapes. It runs no
-        // programs either: its few read tools need no loops (docs/decisions.md, Code Mode).
-        child.registry = child
-            .registry
-            .without(crate::intrinsic::REQUEST_BOUNDARY)
-            .without(crate::codemode::RUN_CODE);
-        Ok(child)
+            .with_outbox(self.outbox.clone()))
     }
 
     /// The tool registry.
@@ -428,24 +443,6 @@ impl Kernel {
         prompt
     }
 
-    /// The run's tool map: the kernel's, plus the per-run intrinsic tools its config asks
-    /// for (`activate_skill` when it has skills).
-    fn run_registry(
-        &self,
-        config: &RunConfig,
-    ) -> std::result::Result<Registry, crate::RegistryError> {
-        let mut run_tools = Vec::new();
-        if !config.skills.skills.is_empty() {
-            let names: Vec<String> =
-                config.skills.skills.iter().map(|skill| skill.name.clone()).collect();
-            run_tools.push(crate::intrinsic::activate_skill(&names));
-        }
-        if let Some(schema) = &config.output_schema {
-            run_tools.push(crate::intrinsic::submit(schema));
-        }
-        self.registry.with_run_tools(run_tools)
-    }
-
     async fn drive(
         &self,
         ledger: Ledger,
@@ -569,7 +566,7 @@ impl Kernel {
         }
         // Fails only for a per-run tool that cannot be registered (a schema that does not
         // compile, a clashing name): nothing has run, and a host checks these first.
-        let registry = self.run_registry(config)?;
+        let registry = self.registry.for_run(config)?;
         // A changing source's tools as they are now (they may have changed since the
         // kernel was built): part of the run's composition, not a change within it.
         let mut offered: Option<Offered> =

@@ -49,6 +49,7 @@ pub use codemode::CodeLimits;
 pub use elicit::question_id;
 pub use error::{KernelError, Result};
 pub use failpoint::{Failpoint, Failpoints, NoFailpoints};
+pub use intrinsic::{Admitted, Carried, Intrinsic, IntrinsicCall, Parked};
 pub use kernel::{
     DEFAULT_GRANT_TTL, DEFAULT_MAX_AGENT_DEPTH, Instruction, Kernel, KernelDeps, NoopObserver,
     Observer, RunConfig, RunReport, SessionConfig, Skill, SkillOrigin, Skills, TurnOutcome,

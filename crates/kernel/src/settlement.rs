@@ -11,9 +11,8 @@ use keel_contracts::{
     authorize_tool_invocation, executes_in_shadow, requires_consent,
 };
 
-use crate::children::{AgentCall, Children, is_agent_tool};
 use crate::failpoint::{Failpoint, Failpoints};
-use crate::intrinsic::{READ_TOOL_RESULT, REQUEST_BOUNDARY, read_tool_result};
+use crate::intrinsic::{AFTER_PARKED, Admitted, Carry, Children, Intrinsic, IntrinsicCall, Parked};
 use crate::kernel::REPEATED_FAILURE_LIMIT;
 use crate::ledger::Ledger;
 use crate::permission::PermissionRequest;
@@ -98,8 +97,8 @@ pub(crate) struct CallState<'a> {
     failures: BTreeMap<(String, String), u32>,
     /// The final answer a valid `submit` handed in, as JSON text.
     submitted: Option<String>,
-    /// Set when a `wait` call parked the run.
-    parked: Option<crate::wait::Parked>,
+    /// Set when an intrinsic call parked the run (`wait`).
+    parked: Option<Parked>,
     /// The bounds of a `run_code` cell.
     code_limits: crate::CodeLimits,
 }
@@ -128,6 +127,8 @@ pub(crate) const MAX_PARALLEL_READS: usize = 8;
 struct Ready {
     attempt_id: AttemptId,
     tool: std::sync::Arc<dyn keel_contracts::Tool>,
+    /// The hook an intrinsic is carried out by; `None`: by [`keel_contracts::Tool::invoke`].
+    intrinsic: Option<std::sync::Arc<dyn Intrinsic>>,
     context: ToolContext,
     failure_key: (String, String),
     arguments_sha256: String,
@@ -453,90 +454,6 @@ impl<'a> CallState<'a> {
         Ok(())
     }
 
-    /// `request_boundary`: one negotiation at a time through the permission path; approval
-    /// records a boundary revision, denial finalizes the turn. `None` when cancelled.
-    async fn negotiate_boundary(
-        &mut self,
-        ledger: &mut Ledger,
-        call: &Call<'_>,
-        arguments_sha256: &str,
-        cancel: &Cancellation,
-    ) -> Result<Option<ToolOutput>> {
-        let request: BoundaryRequest = match serde_json::from_value(call.call.arguments.clone()) {
-            Ok(request) => request,
-            Err(error) => {
-                return Ok(Some(ToolOutput::error(format!("error: invalid request: {error}"))));
-            }
-        };
-        if request.justification.trim().is_empty() {
-            return Ok(Some(ToolOutput::error("error: a boundary request needs a justification")));
-        }
-        if request.paths.is_empty() && !request.network {
-            return Ok(Some(ToolOutput::error("error: the request asks for nothing")));
-        }
-        if self.negotiated_this_step {
-            return Ok(Some(ToolOutput::error(
-                "error: one boundary negotiation at a time; wait for the answer to the first",
-            )));
-        }
-        self.negotiated_this_step = true;
-        let workspace = self.workspace.display().to_string();
-        let ruled = self
-            .rules
-            .decide(REQUEST_BOUNDARY, &call.call.arguments, &workspace)
-            .map(|(answer, rule)| (answer, format!("rule:{}", rule.text)));
-        let access = keel_contracts::Access::Write;
-        let Some(answer) = self.ask(ledger, call, access, ruled, arguments_sha256, cancel).await?
-        else {
-            return Ok(None);
-        };
-        if answer == PermissionAnswer::Deny {
-            self.denied = Some("widening the boundary was denied".to_owned());
-            return Ok(Some(ToolOutput {
-                outcome: Outcome::Refused,
-                content: keel_contracts::REFUSAL_BOUNDARY_DENIED.to_owned(),
-                raw: None,
-            }));
-        }
-        let mut boundary = self.boundary.clone();
-        for path in &request.paths {
-            let absolute = if path.path.starts_with('/') {
-                path.path.clone()
-            } else {
-                self.workspace.join(&path.path).display().to_string()
-            };
-            let list = match path.access {
-                keel_contracts::Access::Read => &mut boundary.read,
-                keel_contracts::Access::Write => &mut boundary.write,
-            };
-            if !list.contains(&absolute) {
-                list.push(absolute);
-            }
-        }
-        boundary.network |= request.network;
-        self.revision += 1;
-        ledger
-            .append(
-                call.turn,
-                call.run,
-                EventKind::BoundaryRevised {
-                    revision: self.revision,
-                    boundary: boundary.clone(),
-                    justification: request.justification.clone(),
-                },
-            )
-            .await?;
-        self.boundary = boundary;
-        Ok(Some(ToolOutput::ok(format!(
-            "boundary widened (revision {}): read {:?}, write {:?}, network {}. Retry the call that \
-             needed it.",
-            self.revision,
-            self.boundary.read,
-            self.boundary.write,
-            if self.boundary.network { "on" } else { "off" }
-        ))))
-    }
-
     /// Starts a step: one boundary negotiation per step.
     pub(crate) fn begin_step(&mut self) {
         self.negotiated_this_step = false;
@@ -552,17 +469,17 @@ impl<'a> CallState<'a> {
         self.submitted.take()
     }
 
-    /// Whether a `wait` call parked the run in this step.
+    /// Whether an intrinsic call (`wait`) parked the run in this step.
     pub(crate) fn is_parked(&self) -> bool {
         self.parked.is_some()
     }
 
-    /// The wait that parked the run, if one did.
-    pub(crate) fn take_parked(&mut self) -> Option<crate::wait::Parked> {
+    /// What the run parked on, if a call parked it.
+    pub(crate) fn take_parked(&mut self) -> Option<Parked> {
         self.parked.take()
     }
 
-    /// Answers a call after a `wait` in the same step: not run.
+    /// Answers a call after a parking call in the same step: not run.
     pub(crate) async fn answer_after_wait(
         &mut self,
         ledger: &mut Ledger,
@@ -571,7 +488,7 @@ impl<'a> CallState<'a> {
         call: &ToolCall,
     ) -> Result<()> {
         let call = Call { turn: Some(turn_id), run: Some(run_id), call, hold: None };
-        call.result(ledger, None, Outcome::Cancelled, crate::wait::AFTER_WAIT.into()).await
+        call.result(ledger, None, Outcome::Cancelled, AFTER_PARKED.into()).await
     }
 
     /// What sub-agents spent since the last call of this.
@@ -910,24 +827,28 @@ impl<'a> CallState<'a> {
             call.gate(ledger, Decision::Allow, allow_reason).await?;
         }
 
-        if spec.intrinsic && name == crate::wait::WAIT {
-            // No attempt: parking has no effect to prepare for. The call stays open until
-            // the wake; a crash before `run_suspended` leaves it to recovery like any call
-            // that was not dispatched.
-            match crate::wait::park(
-                self.deps.ids.as_ref(),
-                self.deps.clock.now(),
-                ledger.session_id,
-                &tool_call.call_id,
-                &tool_call.arguments,
-            ) {
-                Ok(parked) => self.parked = Some(parked),
-                Err(text) => {
+        let intrinsic = self.registry.intrinsic(name).cloned();
+        if let Some(hook) = &intrinsic {
+            let admitted = hook.admit(&IntrinsicCall {
+                settlement: self,
+                ledger,
+                turn_id,
+                run_id,
+                tool_call,
+                arguments_sha256: &arguments_sha256,
+                cancel,
+            });
+            match admitted {
+                Admitted::Attempt => {}
+                Admitted::Park(parked) => {
+                    self.parked = Some(parked);
+                    return Ok(());
+                }
+                Admitted::Invalid(text) => {
                     *self.failures.entry(failure_key).or_insert(0) += 1;
                     return call.result(ledger, None, Outcome::Error, text).await;
                 }
             }
-            return Ok(());
         }
         let attempt_id = self.deps.ids.attempt_id();
         self.failpoints.hit(Failpoint::BeforePrepare).await;
@@ -956,7 +877,8 @@ impl<'a> CallState<'a> {
             write_denied_paths: self.write_denied_paths.clone(),
             elicitor: None,
         };
-        admission.ready = Some(Ready { attempt_id, tool, context, failure_key, arguments_sha256 });
+        admission.ready =
+            Some(Ready { attempt_id, tool, intrinsic, context, failure_key, arguments_sha256 });
         Ok(())
     }
 
@@ -970,86 +892,25 @@ impl<'a> CallState<'a> {
         ready: Ready,
         cancel: &Cancellation,
     ) -> Result<()> {
-        let Ready { attempt_id, tool, context, failure_key, arguments_sha256 } = ready;
+        let Ready { attempt_id, tool, intrinsic, context, failure_key, arguments_sha256 } = ready;
         let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold: None };
-        let name = tool_call.name.as_str();
-        let spec = tool.spec();
-        if spec.intrinsic && name == REQUEST_BOUNDARY {
-            let output = self.negotiate_boundary(ledger, &call, &arguments_sha256, cancel).await?;
-            let Some(output) = output else { return Ok(()) };
-            return call.output(ledger, Some(attempt_id), output).await;
-        }
-        if spec.intrinsic && name == crate::intrinsic::SUBMIT {
-            // The arguments matched the schema (validated like every call's): the answer.
-            let output = match (&self.run.output_schema, &self.submitted) {
-                (Some(_), Some(_)) => ToolOutput::error(
-                    "error: an answer was already submitted in this response; only the first counts",
-                ),
-                (Some(schema), None) => {
-                    let answer = crate::intrinsic::submitted_answer(schema, &tool_call.arguments);
-                    self.submitted = Some(serde_json::to_string(&answer).unwrap_or_default());
-                    ToolOutput::ok("submitted: the answer matches the schema; the run ends")
-                }
-                (None, _) => ToolOutput::error("error: this run takes no submission"),
+        if let Some(hook) = intrinsic {
+            let mut lent = IntrinsicCall {
+                settlement: self,
+                ledger,
+                turn_id,
+                run_id,
+                tool_call,
+                arguments_sha256: &arguments_sha256,
+                cancel,
             };
-            return call.output(ledger, Some(attempt_id), output).await;
-        }
-        if spec.intrinsic && name == crate::skills::ACTIVATE_SKILL {
-            let wanted = tool_call.arguments.get("name").and_then(|n| n.as_str()).unwrap_or("");
-            let output = match crate::skills::activate(&self.run.skills, wanted) {
-                Ok((skill, text)) => {
-                    ledger.stage(
-                        call.turn,
-                        call.run,
-                        EventKind::SkillActivated {
-                            call_id: tool_call.call_id.clone(),
-                            name: skill.name.clone(),
-                            location: skill.location.clone(),
-                            body_sha256: keel_contracts::sha256_hex(skill.body.as_bytes()),
-                            text: text.clone(),
-                        },
-                    );
-                    ToolOutput::ok(text)
+            match hook.carry_out(&mut lent).await?.0 {
+                Carry::Output(output) => {
+                    return call.output(ledger, Some(attempt_id), output).await;
                 }
-                Err(output) => output,
-            };
-            return call.output(ledger, Some(attempt_id), output).await;
-        }
-        if spec.intrinsic && name == READ_TOOL_RESULT {
-            // Results covered by a compaction before the events held in memory are paged
-            // from the store.
-            let handle = tool_call.arguments.get("handle").and_then(|h| h.as_str());
-            let output = match handle {
-                Some(handle) if !crate::intrinsic::holds_result(ledger.events(), handle) => {
-                    let found = ledger.last_tool_result(handle).await?;
-                    read_tool_result(found.as_deref().unwrap_or_default(), &tool_call.arguments)
-                }
-                _ => read_tool_result(ledger.events(), &tool_call.arguments),
-            };
-            return call.output(ledger, Some(attempt_id), output).await;
-        }
-        if spec.intrinsic && name == crate::codemode::RUN_CODE {
-            let output = self.run_cell(ledger, &call, cancel).await?;
-            return call.output(ledger, Some(attempt_id), output).await;
-        }
-        if spec.intrinsic && is_agent_tool(name) {
-            let answer = self
-                .children
-                .carry_out(AgentCall {
-                    tool: name,
-                    arguments: &tool_call.arguments,
-                    session_id: ledger.session_id,
-                    turn_id,
-                    run_id,
-                    call_id: &tool_call.call_id,
-                    cancel,
-                    remaining: self.remaining,
-                    run_config: &self.run,
-                })
-                .await?;
-            self.child_spent.absorb(&answer.spent);
-            let output = answer.output;
-            return call.output(ledger, Some(attempt_id), output).await;
+                Carry::Answered => return Ok(()),
+                Carry::Invoke => {}
+            }
         }
         let arguments = tool_call.arguments.clone();
         // The tool may ask the user questions while it runs (an MCP server's elicitation):
@@ -1186,23 +1047,6 @@ fn exact_grant(
     })
 }
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BoundaryRequest {
-    #[serde(default)]
-    paths: Vec<BoundaryPath>,
-    #[serde(default)]
-    network: bool,
-    justification: String,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BoundaryPath {
-    path: String,
-    access: keel_contracts::Access,
-}
-
 /// The seq of an "allow for this session" answer for `tool` in this session, if any.
 fn session_grant(ledger: &Ledger, tool: &str) -> Option<u64> {
     ledger.events().iter().find_map(|event| match &event.kind {
@@ -1229,5 +1073,106 @@ impl AbortOnDrop {
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::intrinsic::Settlement for CallState<'_> {
+    fn run_config(&self) -> &crate::RunConfig {
+        &self.run
+    }
+
+    fn ids(&self) -> &dyn keel_contracts::IdGen {
+        self.deps.ids.as_ref()
+    }
+
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.deps.clock.now()
+    }
+
+    fn workspace(&self) -> &std::path::Path {
+        &self.workspace
+    }
+
+    fn rules(&self) -> &PermissionRules {
+        &self.rules
+    }
+
+    fn boundary(&self) -> (&keel_contracts::Boundary, u32) {
+        (&self.boundary, self.revision)
+    }
+
+    fn begin_negotiation(&mut self) -> bool {
+        !std::mem::replace(&mut self.negotiated_this_step, true)
+    }
+
+    async fn ask(
+        &mut self,
+        ledger: &mut Ledger,
+        (turn_id, run_id, tool_call): (TurnId, RunId, &ToolCall),
+        access: keel_contracts::Access,
+        ruled: Option<(PermissionAnswer, String)>,
+        arguments_sha256: &str,
+        cancel: &Cancellation,
+    ) -> Result<Option<PermissionAnswer>> {
+        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold: None };
+        CallState::ask(self, ledger, &call, access, ruled, arguments_sha256, cancel).await
+    }
+
+    async fn widen_boundary(
+        &mut self,
+        ledger: &mut Ledger,
+        (turn_id, run_id): (TurnId, RunId),
+        boundary: keel_contracts::Boundary,
+        justification: String,
+    ) -> Result<u32> {
+        self.revision += 1;
+        ledger
+            .append(
+                Some(turn_id),
+                Some(run_id),
+                EventKind::BoundaryRevised {
+                    revision: self.revision,
+                    boundary: boundary.clone(),
+                    justification,
+                },
+            )
+            .await?;
+        self.boundary = boundary;
+        Ok(self.revision)
+    }
+
+    fn deny(&mut self, reason: String) {
+        self.denied = Some(reason);
+    }
+
+    fn submitted(&self) -> bool {
+        self.submitted.is_some()
+    }
+
+    fn submit(&mut self, answer: String) {
+        self.submitted = Some(answer);
+    }
+
+    fn children(&self) -> &dyn Children {
+        self.children
+    }
+
+    fn remaining(&self) -> Budget {
+        self.remaining
+    }
+
+    fn absorb_child_spent(&mut self, spent: &UsageTotals) {
+        self.child_spent.absorb(spent);
+    }
+
+    async fn run_cell(
+        &mut self,
+        ledger: &mut Ledger,
+        (turn_id, run_id, tool_call): (TurnId, RunId, &ToolCall),
+        cancel: &Cancellation,
+    ) -> Result<ToolOutput> {
+        let parent = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold: None };
+        CallState::run_cell(self, ledger, &parent, cancel).await
     }
 }

@@ -25,6 +25,7 @@ use keel_contracts::{
     ToolOutput, ToolSpec, fence_untrusted,
 };
 
+use crate::intrinsic::{Admitted, Intrinsic, IntrinsicCall, Parked};
 use crate::{Cancellation, Kernel, KernelError, Result, RunConfig, RunReport};
 
 /// `wait`.
@@ -38,19 +39,6 @@ pub const MAX_WAIT: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The result text of a wait whose deadline passed.
 pub const TIMED_OUT: &str = "timed out";
-
-/// Result text for a call after `wait` in the same step.
-pub(crate) const AFTER_WAIT: &str =
-    "cancelled: the run parked on an earlier `wait` in this step; this call was not executed";
-
-/// What a parked run waits for (recorded as `wait_started`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Parked {
-    pub(crate) call_id: ToolCallId,
-    pub(crate) wake_id: String,
-    pub(crate) event: String,
-    pub(crate) deadline: DateTime<Utc>,
-}
 
 /// What wakes a parked run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,7 +170,8 @@ pub(crate) fn parse_timeout(
     }
 }
 
-/// The `wait` tool's spec. Carried out by the kernel; [`Tool::invoke`] is never reached.
+/// The `wait` tool: its calls park the run ([`Intrinsic::admit`]); [`Tool::invoke`] is
+/// never reached.
 #[derive(Debug)]
 pub(crate) struct WaitTool {
     spec: ToolSpec,
@@ -230,8 +219,28 @@ impl Tool for WaitTool {
     }
 }
 
+impl Intrinsic for WaitTool {
+    fn admit(&self, call: &IntrinsicCall<'_>) -> Admitted {
+        // No attempt: parking has no effect to prepare for. The call stays open until
+        // the wake; a crash before `run_suspended` leaves it to recovery like any call
+        // that was not dispatched.
+        let tool_call = call.tool_call();
+        let parked = park(
+            call.settlement.ids(),
+            call.settlement.now(),
+            call.session_id(),
+            &tool_call.call_id,
+            &tool_call.arguments,
+        );
+        match parked {
+            Ok(parked) => Admitted::Park(parked),
+            Err(text) => Admitted::Invalid(text),
+        }
+    }
+}
+
 /// The wait a call asks for, or the error its result should carry.
-pub(crate) fn park(
+fn park(
     kernel_ids: &dyn keel_contracts::IdGen,
     now: DateTime<Utc>,
     session_id: SessionId,
@@ -262,7 +271,7 @@ impl Kernel {
     ///
     /// [`crate::RegistryError`] if a tool called `wait` is registered already.
     pub fn with_wait(mut self) -> std::result::Result<Kernel, crate::RegistryError> {
-        self.registry = self.registry.with_tool(Arc::new(WaitTool::new()))?;
+        self.registry = self.registry.with_intrinsic(Arc::new(WaitTool::new()))?;
         Ok(self)
     }
 
