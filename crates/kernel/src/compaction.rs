@@ -396,7 +396,7 @@ fn turn_failures(
             counts.insert((count.tool.clone(), count.arguments_sha256.clone()), count.failures);
         }
     }
-    for (key, failures) in crate::settlement::failures_in_turn(segment, turn_id) {
+    for (key, failures) in crate::repeats::failures_in_turn(segment, turn_id) {
         *counts.entry(key).or_insert(0) += failures;
     }
     Some(keel_contracts::TurnFailures {

@@ -84,10 +84,6 @@ fn refresh_tools(
 /// may not spawn their own.
 pub const DEFAULT_MAX_AGENT_DEPTH: u32 = 1;
 
-/// Identical failing calls (same tool, same arguments) allowed before further repeats
-/// are blocked.
-pub(crate) const REPEATED_FAILURE_LIMIT: u32 = 3;
-
 const BASE_PROMPT: &str = "You are keel, a coding agent working in a repository. \
 Use the tools to inspect files, change them and run commands. Work step by step, check your \
 changes (for example by running the project's tests), and when the task is done answer \

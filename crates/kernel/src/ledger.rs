@@ -272,7 +272,7 @@ impl Ledger {
     }
 
     /// The repeated-failure counts `turn_id` already has (see
-    /// [`crate::settlement::failures_in_turn`]): from the held events when the turn began
+    /// [`crate::repeats::failures_in_turn`]): from the held events when the turn began
     /// after the base, else from the counts the compaction at the base recorded plus the
     /// events after it, else (a ledger compacted before compactions recorded them) from the
     /// turn's events read from the store.
@@ -295,7 +295,7 @@ impl Ledger {
             .map_or(Seq(1), |event| event.seq);
         let after_base = self.events.partition_point(|event| event.seq <= self.base);
         if turn_start > self.base {
-            return Ok(crate::settlement::failures_in_turn(&self.events[after_base..], turn_id));
+            return Ok(crate::repeats::failures_in_turn(&self.events[after_base..], turn_id));
         }
         let at_base = self.events[after_base..].iter().find_map(|event| match &event.kind {
             EventKind::Compaction { covers_to, failures: Some(failures), .. }
@@ -311,14 +311,14 @@ impl Ledger {
                 .iter()
                 .map(|count| ((count.tool.clone(), count.arguments_sha256.clone()), count.failures))
                 .collect();
-            let since = crate::settlement::failures_in_turn(&self.events[after_base..], turn_id);
+            let since = crate::repeats::failures_in_turn(&self.events[after_base..], turn_id);
             for (key, failures) in since {
                 *counts.entry(key).or_insert(0) += failures;
             }
             return Ok(counts);
         }
         let history = self.history_from(turn_start).await?;
-        Ok(crate::settlement::failures_in_turn(&history, turn_id))
+        Ok(crate::repeats::failures_in_turn(&history, turn_id))
     }
 
     /// Stages one event: gives it the next seq and the clock's time and keeps it in

@@ -38,6 +38,7 @@ mod permission;
 pub mod projection;
 pub mod recovery;
 mod registry;
+mod repeats;
 mod seal;
 mod settlement;
 pub mod skills;
