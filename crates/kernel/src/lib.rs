@@ -48,7 +48,7 @@ mod wait;
 pub use cancel::Cancellation;
 pub use codemode::CodeLimits;
 pub use elicit::question_id;
-pub use error::{KernelError, Result};
+pub use error::{KernelError, RegistryError, Result};
 pub use failpoint::{Failpoint, Failpoints, NoFailpoints};
 pub use intrinsic::{Admitted, Carried, Intrinsic, IntrinsicCall, Parked};
 pub use kernel::{
@@ -61,7 +61,7 @@ pub use permission::{
     ElicitationQuestion, NOBODY_TO_ASK, PermissionHook, PermissionRequest, StaticPermissions,
     answer_by_policy,
 };
-pub use registry::{AgentTools, Registry, RegistryError};
+pub use registry::{AgentTools, Registry};
 pub use seal::APPROVED_PLAN_TASK;
 pub use steering::{Joined, Steering, SteeringClosed};
 pub use wait::{

@@ -11,30 +11,8 @@ use std::sync::Arc;
 use keel_contracts::{Tool, ToolDefinition, ToolSpec, sha256_hex};
 
 use crate::RunConfig;
+use crate::error::RegistryError;
 use crate::intrinsic::{self, Intrinsic};
-
-/// A tool could not be registered.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RegistryError {
-    /// Two tools share a name.
-    #[error("duplicate tool name '{0}'")]
-    Duplicate(String),
-    /// A workspace or MCP tool claims to be intrinsic; only keel's own tools are.
-    #[error("tool '{0}' claims to be intrinsic; only keel's own tools are")]
-    ClaimsIntrinsic(String),
-    /// A tool registered as intrinsic whose spec does not say `intrinsic: true`.
-    #[error("tool '{0}' is registered as intrinsic, but its spec does not say so")]
-    NotIntrinsic(String),
-    /// A tool's parameter schema does not compile.
-    #[error("tool '{tool}' has an invalid parameter schema: {message}")]
-    InvalidSchema {
-        /// The tool.
-        tool: String,
-        /// The schema compiler's message.
-        message: String,
-    },
-}
 
 /// Whether the sub-agent tools are offered (withheld past the depth limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
