@@ -4,6 +4,9 @@
 //! [`Kernel::seal_session`] makes a session inert.
 //! The kernel receives every adapter through [`KernelDeps`] and never names a concrete
 //! store, provider or tool.
+//! keel's own tools are intrinsics: each carries its calls out through its [`Intrinsic`]
+//! hook, and the [`Registry`] lists which ones a kernel and a run offer; settlement names
+//! none of them.
 //!
 //! Invariants:
 //! - Every fact is appended to the ledger before anything depends on it; the next model
