@@ -1,5 +1,6 @@
-//! Sub-agents (DESIGN.md §4): `spawn_agent`, `wait_agent`, `list_agents`,
-//! `read_agent_output`. Children shrink, never escape.
+//! Sub-agents (DESIGN.md §4): how the kernel carries out `spawn_agent`, `wait_agent`,
+//! `list_agents` and `read_agent_output` (the tools themselves are intrinsics, see
+//! `intrinsic/agents.rs`). Children shrink, never escape.
 //!
 //! - A child's tools are [`child_allowance`]: the parent's read tools its own scope allows
 //!   (a request for anything else is refused); the parent's envelope and execution mode
@@ -14,139 +15,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_contracts::{
-    Access, Budget, Effects, EventKind, Lineage, Outcome, REFUSAL_CHILD_TOOLS, RequestPurpose,
-    RunId, Seq, SessionId, Tool, ToolCallId, ToolContext, ToolOutput, ToolSpec, TurnId,
-    UsageTotals, child_allowance,
+    Budget, EventKind, Lineage, Outcome, REFUSAL_CHILD_TOOLS, RequestPurpose, Seq, SessionId, Tool,
+    ToolOutput, ToolSpec, child_allowance,
 };
 use serde::Deserialize;
 
-use crate::Cancellation;
-
-/// `spawn_agent`.
-pub(crate) const SPAWN_AGENT: &str = "spawn_agent";
-/// `wait_agent`.
-pub(crate) const WAIT_AGENT: &str = "wait_agent";
-/// `list_agents`.
-pub(crate) const LIST_AGENTS: &str = "list_agents";
-/// `read_agent_output`.
-pub(crate) const READ_AGENT_OUTPUT: &str = "read_agent_output";
-
-/// Whether `name` is one of the sub-agent tools the kernel carries out itself.
-pub(crate) fn is_agent_tool(name: &str) -> bool {
-    matches!(name, SPAWN_AGENT | WAIT_AGENT | LIST_AGENTS | READ_AGENT_OUTPUT)
-}
-
-/// The specs of the sub-agent tools (intrinsic; carried out by the kernel, not by
-/// [`Tool::invoke`]).
-pub(crate) fn tools() -> Vec<Arc<dyn Tool>> {
-    let agent_id = serde_json::json!({
-        "type": "object",
-        "properties": {"agent_id": {"type": "string", "minLength": 1}},
-        "required": ["agent_id"],
-        "additionalProperties": false
-    });
-    vec![
-        AgentTool::shared(
-            SPAWN_AGENT,
-            "Delegate a bounded, read-only sub-task to a child agent and get its final answer. \
-             The child starts with no memory: put everything it needs in `task`. It can use \
-             only read tools (optionally a subset named in `tools`).",
-            serde_json::json!({
-                "type": "object",
-                "properties": {
-                    "task": {"type": "string", "minLength": 1},
-                    "tools": {"type": "array", "items": {"type": "string"}}
-                },
-                "required": ["task"],
-                "additionalProperties": false
-            }),
-        ),
-        AgentTool::shared(
-            WAIT_AGENT,
-            "Wait for a child agent and return its outcome and final answer.",
-            agent_id.clone(),
-        ),
-        AgentTool::shared(
-            LIST_AGENTS,
-            "List this session's child agents with their status.",
-            serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false}),
-        ),
-        AgentTool::shared(READ_AGENT_OUTPUT, "Read a child agent's final answer.", agent_id),
-    ]
-}
-
-#[derive(Debug)]
-struct AgentTool {
-    spec: ToolSpec,
-}
-
-impl AgentTool {
-    fn shared(name: &str, description: &str, parameters: serde_json::Value) -> Arc<dyn Tool> {
-        Arc::new(AgentTool {
-            spec: ToolSpec {
-                name: name.to_owned(),
-                description: description.to_owned(),
-                parameters,
-                access: Access::Read,
-                effects: Effects::LOCAL_READ,
-                intrinsic: true,
-                first_party: true,
-            },
-        })
-    }
-}
-
-#[async_trait]
-impl Tool for AgentTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn invoke(&self, _context: &ToolContext, _arguments: &serde_json::Value) -> ToolOutput {
-        ToolOutput::error("error: sub-agent tools are carried out by the kernel")
-    }
-}
-
-/// One sub-agent tool call, with what the kernel needs to carry it out.
-pub(crate) struct AgentCall<'a> {
-    pub(crate) tool: &'a str,
-    pub(crate) arguments: &'a serde_json::Value,
-    pub(crate) session_id: SessionId,
-    pub(crate) turn_id: TurnId,
-    pub(crate) run_id: RunId,
-    pub(crate) call_id: &'a ToolCallId,
-    pub(crate) cancel: &'a Cancellation,
-    /// What the parent run has left; the child's budget never exceeds it.
-    pub(crate) remaining: Budget,
-    /// The parent run's configuration (boundary, approval, rules, price) for the child.
-    pub(crate) run_config: &'a crate::RunConfig,
-}
-
-/// The answer to a sub-agent call, and what the child spent (counted against the parent).
-pub(crate) struct AgentAnswer {
-    pub(crate) output: ToolOutput,
-    pub(crate) spent: UsageTotals,
-}
-
-impl AgentAnswer {
-    fn text(outcome: Outcome, content: String) -> AgentAnswer {
-        AgentAnswer {
-            output: ToolOutput { outcome, content, raw: None },
-            spent: UsageTotals::default(),
-        }
-    }
-}
-
-/// Carries out sub-agent calls; implemented by the kernel. Boxed so a child's run, which
-/// may itself spawn, does not make the run future infinitely large.
-pub(crate) trait Children: Send + Sync {
-    fn carry_out<'a>(
-        &'a self,
-        call: AgentCall<'a>,
-    ) -> Pin<Box<dyn Future<Output = crate::Result<AgentAnswer>> + Send + 'a>>;
-}
+use crate::intrinsic::{
+    AgentAnswer, AgentCall, Children, LIST_AGENTS, READ_AGENT_OUTPUT, SPAWN_AGENT, WAIT_AGENT,
+};
 
 #[derive(Deserialize)]
 struct SpawnArguments {

@@ -26,9 +26,6 @@ use std::time::{Duration, Instant};
 
 use rquickjs::{Context, Ctx, Function, Promise, Runtime, Value};
 
-/// `run_code`.
-pub(crate) const RUN_CODE: &str = "run_code";
-
 /// The bounds of one `run_code` cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CodeLimits {

@@ -42,7 +42,7 @@ pub enum KernelError {
     Lease(#[from] keel_contracts::LeaseError),
     /// A per-run tool (`activate_skill`, `submit`) could not be registered.
     #[error(transparent)]
-    Registry(#[from] crate::RegistryError),
+    Registry(#[from] RegistryError),
     /// `resume` without new input found nothing to continue: no turn is open (the last one
     /// ended, or the process was killed before the first task was recorded).
     #[error(
@@ -77,3 +77,26 @@ pub enum KernelError {
 
 /// The kernel's result type.
 pub type Result<T> = std::result::Result<T, KernelError>;
+
+/// A tool could not be registered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Two tools share a name.
+    #[error("duplicate tool name '{0}'")]
+    Duplicate(String),
+    /// A workspace or MCP tool claims to be intrinsic; only keel's own tools are.
+    #[error("tool '{0}' claims to be intrinsic; only keel's own tools are")]
+    ClaimsIntrinsic(String),
+    /// A tool registered as intrinsic whose spec does not say `intrinsic: true`.
+    #[error("tool '{0}' is registered as intrinsic, but its spec does not say so")]
+    NotIntrinsic(String),
+    /// A tool's parameter schema does not compile.
+    #[error("tool '{tool}' has an invalid parameter schema: {message}")]
+    InvalidSchema {
+        /// The tool.
+        tool: String,
+        /// The schema compiler's message.
+        message: String,
+    },
+}

@@ -1,429 +1,281 @@
-//! Intrinsic tools: how the agent thinks (DESIGN.md §2). They are keel's own, exempt from
-//! the reads/writes scope and still refusable through `forbidden`. Only this module makes
-//! intrinsic specs; the registry rejects any other tool that claims to be one.
+//! Intrinsic tools: how the agent thinks (DESIGN.md §2), and the hook through which the
+//! settlement carries them out.
+//!
+//! An intrinsic is one of keel's own tools: exempt from the reads/writes scope, still
+//! refusable through `forbidden`, gated like any call. What it does once its gate allowed
+//! it is its own [`Intrinsic`] hook, which the settlement finds on the tool's registry
+//! entry: the settlement never names an intrinsic. Each lives in a module of its own
+//! (`todo` and `plan` in `checklist`, `read_tool_result`, `request_boundary`, `run_code`,
+//! the per-run `activate_skill` and `submit`, the sub-agent tools in `agents`, `wait` in
+//! [`crate::wait`]); the registry lists which ones a kernel and a run offer.
+//!
+//! A hook reaches the run only through the [`IntrinsicCall`] it is handed: the call, the
+//! ledger, the run's configuration, its cancellation, and what the settlement lends keel's
+//! own intrinsics ([`Settlement`]).
 
-use std::sync::Arc;
+mod activate_skill;
+mod agents;
+mod checklist;
+mod read_tool_result;
+mod request_boundary;
+mod run_code;
+mod submit;
 
 use async_trait::async_trait;
-use keel_contracts::{Access, Effects, Tool, ToolContext, ToolOutput, ToolSpec};
-use serde::Deserialize;
+use chrono::{DateTime, Utc};
+use keel_contracts::{
+    Access, Boundary, Budget, EventKind, IdGen, PermissionAnswer, PermissionRules, RunId,
+    RuntimeEvent, SessionId, Tool, ToolCall, ToolCallId, ToolOutput, TurnId, UsageTotals,
+};
 
-/// The intrinsic tools, in the order the model sees them (after the workspace tools).
-pub(crate) fn tools() -> Vec<Arc<dyn Tool>> {
-    vec![
-        Arc::new(Checklist::new("todo", TODO_DESCRIPTION)),
-        Arc::new(Checklist::new("plan", PLAN_DESCRIPTION)),
-        Arc::new(ReadToolResult::new()),
-        Arc::new(RequestBoundary::new()),
-        run_code(),
-    ]
-}
+pub(crate) use activate_skill::activate_skill;
+pub(crate) use agents::{AgentAnswer, AgentCall, Children, agent_tools};
+pub(crate) use agents::{LIST_AGENTS, READ_AGENT_OUTPUT, SPAWN_AGENT, WAIT_AGENT};
+pub(crate) use checklist::{plan, todo};
+pub(crate) use read_tool_result::read_tool_result;
+pub(crate) use request_boundary::request_boundary;
+pub(crate) use run_code::run_code;
+pub(crate) use submit::{submit, text_answer};
 
-/// `run_code(code)`: runs a JavaScript program whose `await tools.NAME(args)` calls are
-/// ordinary tool calls. Carried out by the kernel (settlement's cell path, engine in
-/// [`crate::codemode`]); [`Tool::invoke`] is never reached.
-fn run_code() -> Arc<dyn Tool> {
-    Arc::new(KernelCarried {
-        spec: ToolSpec {
-            name: crate::codemode::RUN_CODE.to_owned(),
-            description: "Run a JavaScript program (the body of an async function) that \
-                              calls tools: `const text = await tools.read_file({path: \"a.rs\"})` \
-                              makes an ordinary tool call (checked and recorded like yours) and \
-                              gives its result text; a refusal or an error is that text, not an \
-                              exception. `print(...)` output is this call's result. There is no \
-                              file system, network, process, timer or module access, only \
-                              `tools`; keel's own tools (run_code, plan, todo, spawn_agent, \
-                              request_boundary, ...) are refused inside. CPU, memory, wall-time, \
-                              output and call-count limits apply. Use it to loop or branch over \
-                              many calls in one step."
-                .to_owned(),
-            parameters: serde_json::json!({
-                "type": "object",
-                "properties": {
-                    "code": {"type": "string", "minLength": 1}
-                },
-                "required": ["code"],
-                "additionalProperties": false
-            }),
-            access: Access::Read,
-            effects: Effects::LOCAL_READ,
-            intrinsic: true,
-            first_party: true,
-        },
-    })
-}
+use crate::ledger::Ledger;
+use crate::{Cancellation, Result, RunConfig};
 
-/// `activate_skill(name)`: returns a skill's instructions. Its `name` is an enum of the
-/// run's skills, so the schema itself tells the model every name. Carried out by the
-/// kernel from the run's skills; [`Tool::invoke`] is never reached.
-pub(crate) fn activate_skill(names: &[String]) -> Arc<dyn Tool> {
-    Arc::new(KernelCarried {
-        spec: ToolSpec {
-            name: crate::skills::ACTIVATE_SKILL.to_owned(),
-            description: "Load a skill's instructions (and the list of its files) by name, before a task its description in the system prompt fits."
-                .to_owned(),
-            parameters: serde_json::json!({
-                "type": "object",
-                "properties": {"name": {"enum": names}},
-                "required": ["name"],
-                "additionalProperties": false
-            }),
-            access: Access::Read,
-            effects: Effects::LOCAL_READ,
-            intrinsic: true,
-            first_party: true,
-        },
-    })
-}
-
-/// `submit`.
-pub(crate) const SUBMIT: &str = "submit";
-
-/// `submit(...)`: hands in the final answer; its parameters are the run's output schema
-/// (wrapped as `{"answer": ...}` when the schema is not an object's, since tool parameters
-/// are objects on every provider). Carried out by the kernel; [`Tool::invoke`] is never
-/// reached.
-pub(crate) fn submit(schema: &serde_json::Value) -> Arc<dyn Tool> {
-    Arc::new(KernelCarried {
-        spec: ToolSpec {
-            name: SUBMIT.to_owned(),
-            description: "Hand in the final answer: the arguments must match the required \
-                          output schema. The run ends with the first valid submission; an \
-                          invalid one is answered with what is wrong, so fix it and submit again."
-                .to_owned(),
-            parameters: submit_parameters(schema),
-            access: Access::Read,
-            effects: Effects::LOCAL_READ,
-            intrinsic: true,
-            first_party: true,
-        },
-    })
-}
-
-/// Whether `schema` describes an object, so it can be `submit`'s parameters as it is.
-pub(crate) fn is_object_schema(schema: &serde_json::Value) -> bool {
-    schema.get("type").and_then(serde_json::Value::as_str) == Some("object")
-}
-
-fn submit_parameters(schema: &serde_json::Value) -> serde_json::Value {
-    if is_object_schema(schema) {
-        schema.clone()
-    } else {
-        serde_json::json!({
-            "type": "object",
-            "properties": {"answer": schema},
-            "required": ["answer"],
-            "additionalProperties": false
-        })
-    }
-}
-
-/// The answer a valid `submit` call hands in: its arguments, or their `answer` when the
-/// schema was wrapped.
-pub(crate) fn submitted_answer(
-    schema: &serde_json::Value,
-    arguments: &serde_json::Value,
-) -> serde_json::Value {
-    if is_object_schema(schema) {
-        arguments.clone()
-    } else {
-        arguments.get("answer").cloned().unwrap_or(serde_json::Value::Null)
-    }
-}
-
-/// How a run with an output schema ends on a tool-free answer: completed when the text is
-/// JSON that matches the schema (the model answered in the shape asked), else failed with
-/// what is wrong (the answer was not submitted).
-pub(crate) fn text_answer(schema: &serde_json::Value, text: &str) -> crate::TurnOutcome {
-    let problems = match serde_json::from_str::<serde_json::Value>(text.trim()) {
-        Err(error) => format!("it is not JSON ({error})"),
-        Ok(value) => match jsonschema::validator_for(schema) {
-            Err(error) => format!("the output schema does not compile ({error})"),
-            Ok(validator) => {
-                let problems: Vec<String> =
-                    validator.iter_errors(&value).map(|error| error.to_string()).collect();
-                if problems.is_empty() {
-                    return crate::TurnOutcome::Completed {
-                        text: serde_json::to_string(&value).unwrap_or_default(),
-                    };
-                }
-                problems.join("; ")
-            }
-        },
-    };
-    crate::TurnOutcome::Failed {
-        reason: format!(
-            "the model answered without calling submit, and its text does not match the \
-             output schema: {problems}"
-        ),
-    }
-}
-
-/// An intrinsic tool the kernel carries out itself, from what the run holds.
-#[derive(Debug)]
-struct KernelCarried {
-    spec: ToolSpec,
-}
-
+/// One of keel's own tools: a [`Tool`] whose calls, once the gate allowed them, the
+/// settlement carries out through this hook instead of naming the tool.
+///
+/// Every call still goes the one path of the settlement: resolved and validated against
+/// the spec, gated (an intrinsic's spec says `intrinsic: true`, so the reads/writes scope
+/// does not apply), then [`Intrinsic::admit`] says whether it parks the run or prepares an
+/// attempt, and once `tool_attempt_prepared` is durable, [`Intrinsic::carry_out`] says what
+/// the call's result is. The default of both is what a workspace tool gets: an attempt,
+/// then [`Tool::invoke`] on a task of its own (cancellable, bounded by the run's time
+/// budget, its questions asked and recorded).
+///
+/// An intrinsic is registered by keel's registry, or by a composition root with
+/// [`crate::Registry::with_intrinsic`] / [`crate::Kernel::with_intrinsic`]; never by a
+/// workspace or MCP tool (see [`crate::RegistryError::ClaimsIntrinsic`]).
 #[async_trait]
-impl Tool for KernelCarried {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
+pub trait Intrinsic: Tool {
+    /// What a call becomes once its gate allowed it: an attempt (the default), a parked
+    /// run (keel's `wait`), or an `error` result without an attempt that counts against
+    /// the repeated-failure guard.
+    fn admit(&self, call: &IntrinsicCall<'_>) -> Admitted {
+        let _ = call;
+        Admitted::Attempt
     }
 
-    async fn invoke(&self, _context: &ToolContext, _arguments: &serde_json::Value) -> ToolOutput {
-        ToolOutput::error(format!("error: {} is carried out by the kernel", self.spec.name))
+    /// Carries out a call whose `tool_attempt_prepared` is durable, and says what its
+    /// result is: [`Carried::output`] is recorded as the call's `tool_result` (an `error`
+    /// there does not count against the repeated-failure guard: the arguments were valid,
+    /// the call did what it could); [`Carried::invoke`], the default, runs the tool like a
+    /// workspace tool instead.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::KernelError`] only when the runtime cannot go on (the ledger cannot be read
+    /// or written); what the model should learn goes in the output.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: the settlement drives it to the end, and the run's cancellation is
+    /// [`IntrinsicCall::cancel`], which a hook that waits must watch. If the future is
+    /// dropped anyway (the run's own future was), the attempt is durable and its result
+    /// is not: recovery answers it `indeterminate`.
+    async fn carry_out(&self, call: &mut IntrinsicCall<'_>) -> Result<Carried> {
+        let _ = call;
+        Ok(Carried::invoke())
     }
 }
 
-/// `request_boundary`.
-pub(crate) const REQUEST_BOUNDARY: &str = "request_boundary";
-
-/// `request_boundary(paths?, network?, justification)`: asks the user to widen the
-/// session's boundary by exact paths (read or write) and/or network access. Carried out by
-/// the kernel through the permission path; [`Tool::invoke`] is never reached.
+/// What an intrinsic call becomes once its gate allowed it (see [`Intrinsic::admit`]).
 #[derive(Debug)]
-struct RequestBoundary {
-    spec: ToolSpec,
+pub enum Admitted {
+    /// Prepare an attempt and carry the call out.
+    Attempt,
+    /// Park the run: no attempt, no result; the run ends suspended `waiting` and the call
+    /// stays open until a wake answers it. Only keel's `wait` makes a [`Parked`].
+    Park(Parked),
+    /// Answer the call `error` with this text, without an attempt (its arguments cannot be
+    /// carried out); it counts against the repeated-failure guard.
+    Invalid(String),
 }
 
-impl RequestBoundary {
-    fn new() -> RequestBoundary {
-        RequestBoundary {
-            spec: ToolSpec {
-                name: REQUEST_BOUNDARY.to_owned(),
-                description: "Ask the user to let commands reach beyond the workspace: exact \
-                              paths (read or write) and/or the network, with a justification. \
-                              One request at a time. If approved, retry the call that needed \
-                              it; if denied, the turn ends: do not ask again wider."
-                    .to_owned(),
-                parameters: serde_json::json!({
-                    "type": "object",
-                    "properties": {
-                        "paths": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "properties": {
-                                    "path": {"type": "string", "minLength": 1},
-                                    "access": {"enum": ["read", "write"]}
-                                },
-                                "required": ["path", "access"],
-                                "additionalProperties": false
-                            }
-                        },
-                        "network": {"type": "boolean"},
-                        "justification": {"type": "string", "minLength": 1}
-                    },
-                    "required": ["justification"],
-                    "additionalProperties": false
-                }),
-                access: Access::Read,
-                effects: Effects::LOCAL_READ,
-                intrinsic: true,
-                first_party: true,
-            },
-        }
-    }
+/// What a parked run waits for, recorded as `wait_started`. Made by keel's `wait` only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parked {
+    pub(crate) call_id: ToolCallId,
+    pub(crate) wake_id: String,
+    pub(crate) event: String,
+    pub(crate) deadline: DateTime<Utc>,
 }
 
-#[async_trait]
-impl Tool for RequestBoundary {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
+/// Result text for a call after a parking call in the same step.
+pub(crate) const AFTER_PARKED: &str =
+    "cancelled: the run parked on an earlier `wait` in this step; this call was not executed";
 
-    async fn invoke(&self, _context: &ToolContext, _arguments: &serde_json::Value) -> ToolOutput {
-        ToolOutput::error("error: request_boundary is carried out by the kernel")
-    }
-}
-
-/// `read_tool_result`.
-pub(crate) const READ_TOOL_RESULT: &str = "read_tool_result";
-/// Default page size of `read_tool_result`, in bytes.
-pub(crate) const DEFAULT_PAGE_BYTES: u64 = 8 * 1024;
-/// Largest page of `read_tool_result`, in bytes.
-pub(crate) const MAX_PAGE_BYTES: u64 = 16 * 1024;
-
-/// `read_tool_result(handle, offset?, limit?)`: pages a recorded tool result by byte
-/// offset. Carried out by the kernel from the ledger (the full result is stored there);
-/// [`Tool::invoke`] is never reached.
+/// What carrying an intrinsic call out gave (see [`Intrinsic::carry_out`]).
 #[derive(Debug)]
-struct ReadToolResult {
-    spec: ToolSpec,
-}
+pub struct Carried(pub(crate) Carry);
 
-impl ReadToolResult {
-    fn new() -> ReadToolResult {
-        ReadToolResult {
-            spec: ToolSpec {
-                name: READ_TOOL_RESULT.to_owned(),
-                description: "Read part of an earlier tool result that was shown as a preview or \
-                              pruned from the context, by byte offset. `handle` is the call id \
-                              named in the preview."
-                    .to_owned(),
-                parameters: serde_json::json!({
-                    "type": "object",
-                    "properties": {
-                        "handle": {"type": "string", "minLength": 1},
-                        "offset": {"type": "integer", "minimum": 0},
-                        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_BYTES}
-                    },
-                    "required": ["handle"],
-                    "additionalProperties": false
-                }),
-                access: Access::Read,
-                effects: Effects::LOCAL_READ,
-                intrinsic: true,
-                first_party: true,
-            },
-        }
-    }
-}
-
-#[async_trait]
-impl Tool for ReadToolResult {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn invoke(&self, _context: &ToolContext, _arguments: &serde_json::Value) -> ToolOutput {
-        ToolOutput::error("error: read_tool_result is carried out by the kernel")
-    }
-}
-
-/// Whether `events` hold the recorded result of `handle` that [`read_tool_result`] pages.
-pub(crate) fn holds_result(events: &[keel_contracts::RuntimeEvent], handle: &str) -> bool {
-    events.iter().rev().any(|event| {
-        matches!(&event.kind, keel_contracts::EventKind::ToolResult { call_id, tool, .. }
-            if call_id.as_str() == handle && tool != READ_TOOL_RESULT)
-    })
-}
-
-/// Pages the recorded result of `handle` (a call id) out of `events`.
-pub(crate) fn read_tool_result(
-    events: &[keel_contracts::RuntimeEvent],
-    arguments: &serde_json::Value,
-) -> ToolOutput {
-    let handle = arguments.get("handle").and_then(|h| h.as_str()).unwrap_or_default();
-    let offset = arguments.get("offset").and_then(serde_json::Value::as_u64).unwrap_or(0);
-    let limit = arguments
-        .get("limit")
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(DEFAULT_PAGE_BYTES)
-        .min(MAX_PAGE_BYTES);
-    let found = events.iter().rev().find_map(|event| match &event.kind {
-        keel_contracts::EventKind::ToolResult { call_id, content, tool, .. }
-            if call_id.as_str() == handle && tool != READ_TOOL_RESULT =>
-        {
-            Some(content)
-        }
-        _ => None,
-    });
-    let Some(content) = found else {
-        return ToolOutput::error(format!(
-            "error: no recorded tool result has the handle '{handle}'"
-        ));
-    };
-    let total = content.len();
-    let start = usize::try_from(offset).unwrap_or(usize::MAX);
-    if start >= total && total > 0 {
-        return ToolOutput::error(format!(
-            "error: offset {offset} is past the end ({total} bytes)"
-        ));
-    }
-    let start = crate::projection::floor_char_boundary(content, start);
-    let end = crate::projection::floor_char_boundary(
-        content,
-        start.saturating_add(usize::try_from(limit).unwrap_or(usize::MAX)),
-    );
-    let end =
-        if end <= start { crate::projection::ceil_char_boundary(content, start + 1) } else { end };
-    let more = if end < total {
-        format!(" Next: read_tool_result {{\"handle\": \"{handle}\", \"offset\": {end}}}.")
-    } else {
-        " This is the end.".to_owned()
-    };
-    ToolOutput::ok(format!("[bytes {start}..{end} of {total}.{more}]\n{}", &content[start..end]))
-}
-
-const TODO_DESCRIPTION: &str = "Record your todo list for this task: the whole list each time, \
-each item with a status (pending, in_progress, done). It is kept in the session's ledger.";
-const PLAN_DESCRIPTION: &str = "Record your plan for this task as ordered steps with a status \
-(pending, in_progress, done). Send the whole plan each time; it is kept in the session's ledger.";
-
-/// `todo` and `plan`: a checklist the agent keeps; the ledger is its memory.
+/// The settlement's side of [`Carried`].
 #[derive(Debug)]
-struct Checklist {
-    spec: ToolSpec,
+pub(crate) enum Carry {
+    /// Record this output as the call's result, naming its attempt.
+    Output(ToolOutput),
+    /// The result is recorded already (a consent the run's cancel cut short).
+    Answered,
+    /// Invoke the tool like a workspace tool.
+    Invoke,
 }
 
-#[derive(Deserialize)]
-struct Items {
-    items: Vec<Item>,
-}
+impl Carried {
+    /// The call's result: recorded as its `tool_result`, naming its attempt.
+    pub fn output(output: ToolOutput) -> Carried {
+        Carried(Carry::Output(output))
+    }
 
-#[derive(Deserialize)]
-struct Item {
-    text: String,
-    status: String,
-}
+    /// Run the tool's [`Tool::invoke`] as a workspace tool's would be.
+    pub fn invoke() -> Carried {
+        Carried(Carry::Invoke)
+    }
 
-impl Checklist {
-    fn new(name: &str, description: &str) -> Checklist {
-        Checklist {
-            spec: ToolSpec {
-                name: name.to_owned(),
-                description: description.to_owned(),
-                parameters: serde_json::json!({
-                    "type": "object",
-                    "properties": {
-                        "items": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "properties": {
-                                    "text": {"type": "string", "minLength": 1},
-                                    "status": {"enum": ["pending", "in_progress", "done"]}
-                                },
-                                "required": ["text", "status"],
-                                "additionalProperties": false
-                            }
-                        }
-                    },
-                    "required": ["items"],
-                    "additionalProperties": false
-                }),
-                access: Access::Read,
-                effects: Effects::LOCAL_READ,
-                intrinsic: true,
-                first_party: true,
-            },
-        }
+    /// The call's result was recorded by the settlement already.
+    pub(crate) fn answered() -> Carried {
+        Carried(Carry::Answered)
     }
 }
 
+/// One intrinsic call as its hook sees it: the call, the ledger it is recorded in, the
+/// run's configuration and cancellation, and what the settlement lends keel's own
+/// intrinsics. Handed to [`Intrinsic::admit`] and [`Intrinsic::carry_out`] by the
+/// settlement; lives as long as the hook runs.
+pub struct IntrinsicCall<'c> {
+    pub(crate) settlement: &'c mut dyn Settlement,
+    pub(crate) ledger: &'c mut Ledger,
+    pub(crate) turn_id: TurnId,
+    pub(crate) run_id: RunId,
+    pub(crate) tool_call: &'c ToolCall,
+    pub(crate) arguments_sha256: &'c str,
+    pub(crate) cancel: &'c Cancellation,
+}
+
+impl std::fmt::Debug for IntrinsicCall<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntrinsicCall")
+            .field("session_id", &self.ledger.session_id)
+            .field("turn_id", &self.turn_id)
+            .field("run_id", &self.run_id)
+            .field("tool_call", &self.tool_call)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IntrinsicCall<'_> {
+    /// The call the model proposed (its arguments validated against the tool's schema).
+    pub fn tool_call(&self) -> &ToolCall {
+        self.tool_call
+    }
+
+    /// The call's arguments.
+    pub fn arguments(&self) -> &serde_json::Value {
+        &self.tool_call.arguments
+    }
+
+    /// The session the call belongs to.
+    pub fn session_id(&self) -> SessionId {
+        self.ledger.session_id
+    }
+
+    /// The turn the call belongs to.
+    pub fn turn_id(&self) -> TurnId {
+        self.turn_id
+    }
+
+    /// The run the call belongs to.
+    pub fn run_id(&self) -> RunId {
+        self.run_id
+    }
+
+    /// The run's configuration.
+    pub fn run_config(&self) -> &RunConfig {
+        self.settlement.run_config()
+    }
+
+    /// The run's cancellation: a hook that waits stops when it fires.
+    pub fn cancel(&self) -> &Cancellation {
+        self.cancel
+    }
+
+    /// The session's events the ledger holds, this call's `tool_attempt_prepared` last
+    /// (when it has one): what the active compaction covers is not among them, facts
+    /// (grants, boundary, turn and run starts and ends) always are.
+    pub fn events(&self) -> &[RuntimeEvent] {
+        self.ledger.events()
+    }
+
+    /// Stages `kind` in the call's turn and run: durable with the next commit.
+    pub(crate) fn stage(&mut self, kind: EventKind) {
+        self.ledger.stage(Some(self.turn_id), Some(self.run_id), kind);
+    }
+}
+
+/// What the settlement of one run lends keel's own intrinsics: its services, and the
+/// state of the run a hook may change (a submitted answer, a denied turn, a widened
+/// boundary, what sub-agents spent). Implemented by the settlement's per-run state.
 #[async_trait]
-impl Tool for Checklist {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn invoke(&self, _context: &ToolContext, arguments: &serde_json::Value) -> ToolOutput {
-        let items: Items = match serde_json::from_value(arguments.clone()) {
-            Ok(items) => items,
-            Err(error) => return ToolOutput::error(format!("error: invalid items: {error}")),
-        };
-        let done = items.items.iter().filter(|item| item.status == "done").count();
-        let mut text = format!("{} recorded: {done}/{} done\n", self.spec.name, items.items.len());
-        for item in &items.items {
-            let mark = match item.status.as_str() {
-                "done" => "[x]",
-                "in_progress" => "[~]",
-                _ => "[ ]",
-            };
-            text.push_str(&format!("{mark} {}\n", item.text));
-        }
-        ToolOutput::ok(text)
-    }
+pub(crate) trait Settlement: Send {
+    /// The run's configuration.
+    fn run_config(&self) -> &RunConfig;
+    /// The kernel's id source.
+    fn ids(&self) -> &dyn IdGen;
+    /// The kernel's clock.
+    fn now(&self) -> DateTime<Utc>;
+    /// The session's workspace.
+    fn workspace(&self) -> &std::path::Path;
+    /// The run's permission rules.
+    fn rules(&self) -> &PermissionRules;
+    /// The session's boundary so far and its revision.
+    fn boundary(&self) -> (&Boundary, u32);
+    /// Marks a boundary negotiation in this step; `false` when one happened already.
+    fn begin_negotiation(&mut self) -> bool;
+    /// Asks for consent (`ruled`: a rule's answer) and records the request and its answer.
+    /// `None` when the run was cancelled meanwhile: a `cancelled` result is recorded then.
+    async fn ask(
+        &mut self,
+        ledger: &mut Ledger,
+        at: (TurnId, RunId, &ToolCall),
+        access: Access,
+        ruled: Option<(PermissionAnswer, String)>,
+        arguments_sha256: &str,
+        cancel: &Cancellation,
+    ) -> Result<Option<PermissionAnswer>>;
+    /// Records `boundary` as the session's next revision (`boundary_revised`) and binds
+    /// the run's later calls to it; returns the revision.
+    async fn widen_boundary(
+        &mut self,
+        ledger: &mut Ledger,
+        at: (TurnId, RunId),
+        boundary: Boundary,
+        justification: String,
+    ) -> Result<u32>;
+    /// Ends the turn once this step's calls are answered, denied for `reason`.
+    fn deny(&mut self, reason: String);
+    /// Whether an answer was submitted in this step.
+    fn submitted(&self) -> bool;
+    /// Ends the run with `answer` (JSON text) once this step's calls are answered.
+    fn submit(&mut self, answer: String);
+    /// What carries out sub-agent calls.
+    fn children(&self) -> &dyn Children;
+    /// What the run has left.
+    fn remaining(&self) -> Budget;
+    /// Counts what a sub-agent spent against the run.
+    fn absorb_child_spent(&mut self, spent: &UsageTotals);
+    /// Runs the cell of `parent` (a prepared `run_code` call), settling its programs'
+    /// calls; the cell's output is `parent`'s result.
+    async fn run_cell(
+        &mut self,
+        ledger: &mut Ledger,
+        at: (TurnId, RunId, &ToolCall),
+        cancel: &Cancellation,
+    ) -> Result<ToolOutput>;
 }

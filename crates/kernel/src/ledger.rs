@@ -245,11 +245,11 @@ impl Ledger {
         Ok(Cow::Owned(history))
     }
 
-    /// The latest recorded result of the call `call_id` other than `read_tool_result`'s
-    /// own (what `read_tool_result` pages), for a result memory does not hold: one indexed
-    /// store lookup ([`Store::last_tool_result`]), or, when that finds a
-    /// `read_tool_result` result with the id (ids repeated in a ledger older than the
-    /// unique ids), the session read from the store. `None` when there is none.
+    /// The latest recorded result of the call `call_id` other than the pager's own (the
+    /// tool that pages results, `read_tool_result`), for a result memory does not hold:
+    /// one indexed store lookup ([`Store::last_tool_result`]), or, when that finds a
+    /// result of `pager` with the id (ids repeated in a ledger older than the unique ids),
+    /// the session read from the store. `None` when there is none.
     ///
     /// # Errors
     ///
@@ -257,13 +257,14 @@ impl Ledger {
     pub(crate) async fn last_tool_result(
         &self,
         call_id: &str,
+        pager: &str,
     ) -> Result<Option<Cow<'_, [RuntimeEvent]>>, KernelError> {
         let id = keel_contracts::ToolCallId(call_id.to_owned());
         let Some(found) = self.store.last_tool_result(self.session_id, &id).await? else {
             return Ok(None);
         };
         match &found.kind {
-            EventKind::ToolResult { tool, .. } if tool != crate::intrinsic::READ_TOOL_RESULT => {
+            EventKind::ToolResult { tool, .. } if tool != pager => {
                 Ok(Some(Cow::Owned(vec![found])))
             }
             _ => Ok(Some(self.history_from(Seq(1)).await?)),
@@ -271,7 +272,7 @@ impl Ledger {
     }
 
     /// The repeated-failure counts `turn_id` already has (see
-    /// [`crate::settlement::failures_in_turn`]): from the held events when the turn began
+    /// [`crate::repeats::failures_in_turn`]): from the held events when the turn began
     /// after the base, else from the counts the compaction at the base recorded plus the
     /// events after it, else (a ledger compacted before compactions recorded them) from the
     /// turn's events read from the store.
@@ -294,7 +295,7 @@ impl Ledger {
             .map_or(Seq(1), |event| event.seq);
         let after_base = self.events.partition_point(|event| event.seq <= self.base);
         if turn_start > self.base {
-            return Ok(crate::settlement::failures_in_turn(&self.events[after_base..], turn_id));
+            return Ok(crate::repeats::failures_in_turn(&self.events[after_base..], turn_id));
         }
         let at_base = self.events[after_base..].iter().find_map(|event| match &event.kind {
             EventKind::Compaction { covers_to, failures: Some(failures), .. }
@@ -310,14 +311,14 @@ impl Ledger {
                 .iter()
                 .map(|count| ((count.tool.clone(), count.arguments_sha256.clone()), count.failures))
                 .collect();
-            let since = crate::settlement::failures_in_turn(&self.events[after_base..], turn_id);
+            let since = crate::repeats::failures_in_turn(&self.events[after_base..], turn_id);
             for (key, failures) in since {
                 *counts.entry(key).or_insert(0) += failures;
             }
             return Ok(counts);
         }
         let history = self.history_from(turn_start).await?;
-        Ok(crate::settlement::failures_in_turn(&history, turn_id))
+        Ok(crate::repeats::failures_in_turn(&history, turn_id))
     }
 
     /// Stages one event: gives it the next seq and the clock's time and keeps it in
@@ -445,7 +446,7 @@ mod tests {
     use keel_contracts::{CarriedContext, DigestChain, RequestPurpose};
     use keel_testkit::{FakeClock, MemStore};
 
-    const READ: &str = crate::intrinsic::READ_TOOL_RESULT;
+    const READ: &str = "read_tool_result";
 
     fn requested(step: u32) -> EventKind {
         EventKind::ModelRequested {
@@ -576,11 +577,11 @@ mod tests {
         let digest = crate::context::digest_of(ledger.events());
         ledger.append(None, None, compaction(None, 4, digest)).await.unwrap();
         assert_eq!(held(&ledger), [1, 5]);
-        let found = ledger.last_tool_result("old").await.unwrap().unwrap();
+        let found = ledger.last_tool_result("old", READ).await.unwrap().unwrap();
         assert_eq!(found.iter().map(|event| event.seq.0).collect::<Vec<_>>(), [2]);
-        let whole = ledger.last_tool_result("twice").await.unwrap().unwrap();
+        let whole = ledger.last_tool_result("twice", READ).await.unwrap().unwrap();
         assert_eq!(whole.len(), 5, "the session, read from the store");
-        assert!(ledger.last_tool_result("never").await.unwrap().is_none());
+        assert!(ledger.last_tool_result("never", READ).await.unwrap().is_none());
     }
 
     /// The held events grow by a quarter, not by doubling.

@@ -4,6 +4,9 @@
 //! [`Kernel::seal_session`] makes a session inert.
 //! The kernel receives every adapter through [`KernelDeps`] and never names a concrete
 //! store, provider or tool.
+//! keel's own tools are intrinsics: each carries its calls out through its [`Intrinsic`]
+//! hook, and the [`Registry`] lists which ones a kernel and a run offer; settlement names
+//! none of them.
 //!
 //! Invariants:
 //! - Every fact is appended to the ledger before anything depends on it; the next model
@@ -38,6 +41,7 @@ mod permission;
 pub mod projection;
 pub mod recovery;
 mod registry;
+mod repeats;
 mod seal;
 mod settlement;
 pub mod skills;
@@ -47,8 +51,9 @@ mod wait;
 pub use cancel::Cancellation;
 pub use codemode::CodeLimits;
 pub use elicit::question_id;
-pub use error::{KernelError, Result};
+pub use error::{KernelError, RegistryError, Result};
 pub use failpoint::{Failpoint, Failpoints, NoFailpoints};
+pub use intrinsic::{Admitted, Carried, Intrinsic, IntrinsicCall, Parked};
 pub use kernel::{
     DEFAULT_GRANT_TTL, DEFAULT_MAX_AGENT_DEPTH, Instruction, Kernel, KernelDeps, NoopObserver,
     Observer, RunConfig, RunReport, SessionConfig, Skill, SkillOrigin, Skills, TurnOutcome,
@@ -59,7 +64,7 @@ pub use permission::{
     ElicitationQuestion, NOBODY_TO_ASK, PermissionHook, PermissionRequest, StaticPermissions,
     answer_by_policy,
 };
-pub use registry::{AgentTools, Registry, RegistryError};
+pub use registry::{AgentTools, Registry};
 pub use seal::APPROVED_PLAN_TASK;
 pub use steering::{Joined, Steering, SteeringClosed};
 pub use wait::{

@@ -1,26 +1,43 @@
 //! Tool settlement: resolve, validate, gate, prepare durably, invoke, record the result
 //! (DESIGN.md §3 steps 3–4). Every call that reaches here gets exactly one `tool_result`.
+//!
+//! One path for every tool, in stages: [`admit`](CallState::admit) (resolve → validate →
+//! gate → consent and grants → an intrinsic's admission → prepare), then
+//! [`carry_out`](CallState::carry_out) (an intrinsic's hook, or the tool's `invoke`) and
+//! the result. Which tool is intrinsic and how it is carried out is the registry's answer;
+//! nothing here names a tool.
+//!
+//! - `admit`: the gate, up to the durable prepare.
+//! - `consent`: asking, and the grants that spare asking.
+//! - `carry_out`: the hook or the tool's task, cancel and time budget, the result.
+//! - `questions`: a running tool's questions (elicitation).
+//! - `reads`: consecutive plain reads side by side.
+//! - `cell`: a `run_code` program's calls, settled through this same path.
+//! - `lent`: what the settlement lends keel's own intrinsics.
+
+mod admit;
+mod carry_out;
+mod cell;
+mod consent;
+mod lent;
+mod questions;
+mod reads;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use keel_contracts::{
-    AttemptId, Authorization, Budget, CallFacts, CommandLine, Decision, Envelope, EventKind,
-    ExecutionMode, Outcome, PermissionAnswer, PermissionRules, REFUSAL_PERMISSION_DENIED,
-    REFUSAL_SHADOW, RunId, SandboxMode, ToolCall, ToolContext, ToolOutput, TurnId, UsageTotals,
-    authorize_tool_invocation, executes_in_shadow, requires_consent,
+    AttemptId, Budget, Decision, Envelope, EventKind, ExecutionMode, Outcome, PermissionRules,
+    RunId, SandboxMode, ToolCall, ToolContext, ToolOutput, TurnId, UsageTotals,
 };
 
-use crate::children::{AgentCall, Children, is_agent_tool};
-use crate::failpoint::{Failpoint, Failpoints};
-use crate::intrinsic::{READ_TOOL_RESULT, REQUEST_BOUNDARY, read_tool_result};
-use crate::kernel::REPEATED_FAILURE_LIMIT;
+use crate::failpoint::Failpoints;
+use crate::intrinsic::{AFTER_PARKED, Children, Intrinsic, Parked};
 use crate::ledger::Ledger;
-use crate::permission::PermissionRequest;
-
-mod cell;
 use crate::registry::Registry;
 use crate::{Cancellation, KernelDeps, Result};
+
+use carry_out::{AbortOnDrop, until};
 
 /// Text of a result for a call cancelled before it ran.
 pub(crate) const CANCELLED_BEFORE_RUN: &str =
@@ -98,8 +115,8 @@ pub(crate) struct CallState<'a> {
     failures: BTreeMap<(String, String), u32>,
     /// The final answer a valid `submit` handed in, as JSON text.
     submitted: Option<String>,
-    /// Set when a `wait` call parked the run.
-    parked: Option<crate::wait::Parked>,
+    /// Set when an intrinsic call parked the run (`wait`).
+    parked: Option<Parked>,
     /// The bounds of a `run_code` cell.
     code_limits: crate::CodeLimits,
 }
@@ -121,13 +138,12 @@ impl CallState<'_> {
     }
 }
 
-/// How many plain reads of one response run at once.
-pub(crate) const MAX_PARALLEL_READS: usize = 8;
-
 /// An admitted call: gated, its prepare durable, ready to be carried out.
 struct Ready {
     attempt_id: AttemptId,
     tool: std::sync::Arc<dyn keel_contracts::Tool>,
+    /// The hook an intrinsic is carried out by; `None`: by [`keel_contracts::Tool::invoke`].
+    intrinsic: Option<std::sync::Arc<dyn Intrinsic>>,
     context: ToolContext,
     failure_key: (String, String),
     arguments_sha256: String,
@@ -275,268 +291,6 @@ impl<'a> CallState<'a> {
         call.result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into()).await
     }
 
-    /// Asks for consent (rules first, then the permission hook) and records the request
-    /// and its answer. `None` when the run was cancelled meanwhile (a `cancelled` result is
-    /// recorded then).
-    async fn ask(
-        &self,
-        ledger: &mut Ledger,
-        call: &Call<'_>,
-        access: keel_contracts::Access,
-        ruled: Option<(PermissionAnswer, String)>,
-        arguments_sha256: &str,
-        cancel: &Cancellation,
-    ) -> Result<Option<PermissionAnswer>> {
-        let tool_call = call.call;
-        ledger.stage(
-            call.turn,
-            call.run,
-            EventKind::PermissionRequested {
-                call_id: tool_call.call_id.clone(),
-                tool: tool_call.name.clone(),
-                access,
-                arguments: tool_call.arguments.clone(),
-            },
-        );
-        // A request someone may take time to answer is a ledger fact before it is asked
-        // (DESIGN.md §6: it survives a crash and is asked again). A rule's or a fixed
-        // policy's answer comes at once: request and answer are committed with the prepare.
-        let request = PermissionRequest {
-            session_id: ledger.session_id,
-            call_id: &tool_call.call_id,
-            tool: &tool_call.name,
-            access,
-            arguments: &tool_call.arguments,
-        };
-        if ruled.is_none() && !self.deps.permissions.answers_at_once(&request) {
-            ledger.commit().await?;
-        }
-        let (answer, by) = tokio::select! {
-            answer = async {
-                match ruled {
-                    Some(ruled) => ruled,
-                    None => self.deps.permissions.decide(&request).await,
-                }
-            } => answer,
-            () = cancel.cancelled() => {
-                call.result(ledger, None, Outcome::Cancelled, CANCELLED_BEFORE_RUN.into()).await?;
-                return Ok(None);
-            }
-        };
-        // An execution grant always carries an expiry and the exact arguments it covers.
-        let (grant_sha256, expires_at) = match answer {
-            PermissionAnswer::AllowExact => (
-                Some(arguments_sha256.to_owned()),
-                chrono::TimeDelta::from_std(self.run.grant_ttl)
-                    .ok()
-                    .and_then(|ttl| self.deps.clock.now().checked_add_signed(ttl)),
-            ),
-            PermissionAnswer::AllowOnce
-            | PermissionAnswer::AllowSession
-            | PermissionAnswer::Deny => (None, None),
-        };
-        ledger.stage(
-            call.turn,
-            call.run,
-            EventKind::PermissionSettled {
-                call_id: tool_call.call_id.clone(),
-                tool: tool_call.name.clone(),
-                access,
-                answer,
-                by,
-                arguments_sha256: grant_sha256,
-                expires_at,
-            },
-        );
-        Ok(Some(answer))
-    }
-
-    /// Records a tool's question (`elicitation_requested`), asks it through the permission
-    /// hook (unless keel refuses the form), checks the answer against the form, records it
-    /// (`elicitation_answered`, durable before the server gets it) and hands it back. A
-    /// cancelled run, a server that stops waiting or the run's deadline end it as `cancel`.
-    async fn answer_question(
-        &self,
-        ledger: &mut Ledger,
-        call: &Call<'_>,
-        number: u32,
-        asked: crate::elicit::Asked,
-        cancel: &Cancellation,
-    ) -> Result<()> {
-        use keel_contracts::{ElicitationAction, ElicitationAnswer, FormSchema};
-        let crate::elicit::Asked { request, mut reply, .. } = asked;
-        let tool_call = call.call;
-        let question = crate::elicit::question_id(&tool_call.call_id, number);
-        ledger.stage(
-            call.turn,
-            call.run,
-            EventKind::ElicitationRequested {
-                call_id: tool_call.call_id.clone(),
-                tool: tool_call.name.clone(),
-                question: question.clone(),
-                server: request.server.clone(),
-                message: request.message.clone(),
-                schema: request.schema.clone(),
-            },
-        );
-        let answer = match FormSchema::parse(&request.schema) {
-            Err(why) => {
-                ElicitationAnswer::decline("keel", format!("keel refuses this form: {why}"))
-            }
-            Ok(form) => {
-                let asking = crate::permission::ElicitationQuestion {
-                    session_id: ledger.session_id,
-                    call_id: &tool_call.call_id,
-                    tool: &tool_call.name,
-                    question: &question,
-                    request: &request,
-                    form: &form,
-                };
-                // A question someone may take time to answer is a ledger fact first.
-                if !self.deps.permissions.elicits_at_once() {
-                    ledger.commit().await?;
-                }
-                let answer = tokio::select! {
-                    answer = self.deps.permissions.elicit(&asking) => answer,
-                    () = cancel.cancelled() => {
-                        ElicitationAnswer::cancel("keel", "the run was cancelled")
-                    }
-                    () = reply.closed() => ElicitationAnswer::cancel(
-                        "keel",
-                        "the server stopped waiting for the answer (its request timed out or \
-                         was cancelled)",
-                    ),
-                    () = until(self.deadline) => {
-                        ElicitationAnswer::cancel("keel", "the run's time budget ran out")
-                    }
-                };
-                match answer.action {
-                    ElicitationAction::Accept => {
-                        let content = answer
-                            .content
-                            .clone()
-                            .unwrap_or_else(|| serde_json::Value::Object(Default::default()));
-                        match form.validate(&content) {
-                            Ok(()) => ElicitationAnswer { content: Some(content), ..answer },
-                            Err(why) => ElicitationAnswer::decline(
-                                "keel",
-                                format!(
-                                    "the answer ({}) does not match the form: {why}; nothing of \
-                                     it was sent",
-                                    answer.by
-                                ),
-                            ),
-                        }
-                    }
-                    ElicitationAction::Decline | ElicitationAction::Cancel => {
-                        ElicitationAnswer { content: None, ..answer }
-                    }
-                }
-            }
-        };
-        ledger.stage(
-            call.turn,
-            call.run,
-            EventKind::ElicitationAnswered {
-                call_id: tool_call.call_id.clone(),
-                tool: tool_call.name.clone(),
-                question,
-                action: answer.action,
-                content: answer.content.clone(),
-                by: answer.by.clone(),
-                reason: answer.reason.clone(),
-            },
-        );
-        // The answer leaves the process: it is durable first.
-        ledger.commit().await?;
-        let _ = reply.send(answer);
-        Ok(())
-    }
-
-    /// `request_boundary`: one negotiation at a time through the permission path; approval
-    /// records a boundary revision, denial finalizes the turn. `None` when cancelled.
-    async fn negotiate_boundary(
-        &mut self,
-        ledger: &mut Ledger,
-        call: &Call<'_>,
-        arguments_sha256: &str,
-        cancel: &Cancellation,
-    ) -> Result<Option<ToolOutput>> {
-        let request: BoundaryRequest = match serde_json::from_value(call.call.arguments.clone()) {
-            Ok(request) => request,
-            Err(error) => {
-                return Ok(Some(ToolOutput::error(format!("error: invalid request: {error}"))));
-            }
-        };
-        if request.justification.trim().is_empty() {
-            return Ok(Some(ToolOutput::error("error: a boundary request needs a justification")));
-        }
-        if request.paths.is_empty() && !request.network {
-            return Ok(Some(ToolOutput::error("error: the request asks for nothing")));
-        }
-        if self.negotiated_this_step {
-            return Ok(Some(ToolOutput::error(
-                "error: one boundary negotiation at a time; wait for the answer to the first",
-            )));
-        }
-        self.negotiated_this_step = true;
-        let workspace = self.workspace.display().to_string();
-        let ruled = self
-            .rules
-            .decide(REQUEST_BOUNDARY, &call.call.arguments, &workspace)
-            .map(|(answer, rule)| (answer, format!("rule:{}", rule.text)));
-        let access = keel_contracts::Access::Write;
-        let Some(answer) = self.ask(ledger, call, access, ruled, arguments_sha256, cancel).await?
-        else {
-            return Ok(None);
-        };
-        if answer == PermissionAnswer::Deny {
-            self.denied = Some("widening the boundary was denied".to_owned());
-            return Ok(Some(ToolOutput {
-                outcome: Outcome::Refused,
-                content: keel_contracts::REFUSAL_BOUNDARY_DENIED.to_owned(),
-                raw: None,
-            }));
-        }
-        let mut boundary = self.boundary.clone();
-        for path in &request.paths {
-            let absolute = if path.path.starts_with('/') {
-                path.path.clone()
-            } else {
-                self.workspace.join(&path.path).display().to_string()
-            };
-            let list = match path.access {
-                keel_contracts::Access::Read => &mut boundary.read,
-                keel_contracts::Access::Write => &mut boundary.write,
-            };
-            if !list.contains(&absolute) {
-                list.push(absolute);
-            }
-        }
-        boundary.network |= request.network;
-        self.revision += 1;
-        ledger
-            .append(
-                call.turn,
-                call.run,
-                EventKind::BoundaryRevised {
-                    revision: self.revision,
-                    boundary: boundary.clone(),
-                    justification: request.justification.clone(),
-                },
-            )
-            .await?;
-        self.boundary = boundary;
-        Ok(Some(ToolOutput::ok(format!(
-            "boundary widened (revision {}): read {:?}, write {:?}, network {}. Retry the call that \
-             needed it.",
-            self.revision,
-            self.boundary.read,
-            self.boundary.write,
-            if self.boundary.network { "on" } else { "off" }
-        ))))
-    }
-
     /// Starts a step: one boundary negotiation per step.
     pub(crate) fn begin_step(&mut self) {
         self.negotiated_this_step = false;
@@ -552,17 +306,17 @@ impl<'a> CallState<'a> {
         self.submitted.take()
     }
 
-    /// Whether a `wait` call parked the run in this step.
+    /// Whether an intrinsic call (`wait`) parked the run in this step.
     pub(crate) fn is_parked(&self) -> bool {
         self.parked.is_some()
     }
 
-    /// The wait that parked the run, if one did.
-    pub(crate) fn take_parked(&mut self) -> Option<crate::wait::Parked> {
+    /// What the run parked on, if a call parked it.
+    pub(crate) fn take_parked(&mut self) -> Option<Parked> {
         self.parked.take()
     }
 
-    /// Answers a call after a `wait` in the same step: not run.
+    /// Answers a call after a parking call in the same step: not run.
     pub(crate) async fn answer_after_wait(
         &mut self,
         ledger: &mut Ledger,
@@ -571,7 +325,7 @@ impl<'a> CallState<'a> {
         call: &ToolCall,
     ) -> Result<()> {
         let call = Call { turn: Some(turn_id), run: Some(run_id), call, hold: None };
-        call.result(ledger, None, Outcome::Cancelled, crate::wait::AFTER_WAIT.into()).await
+        call.result(ledger, None, Outcome::Cancelled, AFTER_PARKED.into()).await
     }
 
     /// What sub-agents spent since the last call of this.
@@ -616,618 +370,5 @@ impl<'a> CallState<'a> {
         self.admit(ledger, turn_id, run_id, tool_call, cancel, &mut admission).await?;
         let Some(ready) = admission.ready else { return Ok(()) };
         self.carry_out(ledger, turn_id, run_id, tool_call, ready, cancel).await
-    }
-
-    /// How many of `tool_calls`, from the first, may run side by side: plain reads
-    /// (declared `read`, not intrinsic: built-in, MCP), which change nothing another call
-    /// could see. Intrinsic tools touch the run's own state and run alone.
-    pub(crate) fn leading_reads(&self, tool_calls: &[ToolCall]) -> usize {
-        tool_calls
-            .iter()
-            .take_while(|call| {
-                self.registry.get(&call.name).is_some_and(|tool| {
-                    let spec = tool.spec();
-                    spec.access == keel_contracts::Access::Read && !spec.intrinsic
-                })
-            })
-            .count()
-    }
-
-    /// Settles consecutive plain reads of one response side by side (at most
-    /// [`MAX_PARALLEL_READS`] at a time): each is gated and its `tool_attempt_prepared`
-    /// made durable in call order, then the admitted ones run concurrently, and their
-    /// results are recorded in call order. Every call gets exactly one `tool_result`.
-    pub(crate) async fn settle_reads(
-        &mut self,
-        ledger: &mut Ledger,
-        turn_id: TurnId,
-        run_id: RunId,
-        tool_calls: &[ToolCall],
-        cancel: &Cancellation,
-    ) -> Result<Settled> {
-        // A call answered at its gate (refused, cancelled) is held back and recorded in
-        // its place, after the results of the reads before it.
-        let held: Vec<Held> = tool_calls.iter().map(|_| Held::default()).collect();
-        let mut admitted = Vec::with_capacity(tool_calls.len());
-        for (tool_call, hold) in tool_calls.iter().zip(&held) {
-            if cancel.is_cancelled() {
-                *hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((
-                    None,
-                    ToolOutput {
-                        outcome: Outcome::Cancelled,
-                        content: CANCELLED_BEFORE_RUN.into(),
-                        raw: None,
-                    },
-                ));
-                admitted.push(None);
-                continue;
-            }
-            let mut admission = Admission { ready: None, hold: Some(hold) };
-            self.admit(ledger, turn_id, run_id, tool_call, cancel, &mut admission).await?;
-            admitted.push(admission.ready);
-        }
-        let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_READS));
-        // Questions from any of the reads are answered while the loop below awaits them.
-        let (sender, mut questions) = crate::elicit::channel();
-        let mut asked = vec![0u32; tool_calls.len()];
-        let running: Vec<Option<(Ready, AbortOnDrop)>> = admitted
-            .into_iter()
-            .zip(tool_calls)
-            .enumerate()
-            .map(|(index, (ready, tool_call))| {
-                let ready = ready?;
-                let (tool, mut context) = (ready.tool.clone(), ready.context.clone());
-                context.elicitor = Some(std::sync::Arc::new(crate::elicit::CallElicitor::new(
-                    index,
-                    sender.clone(),
-                )));
-                let arguments = tool_call.arguments.clone();
-                let permits = permits.clone();
-                let task = AbortOnDrop(tokio::spawn(async move {
-                    // The semaphore is never closed; without a permit the read still runs.
-                    let _permit = permits.acquire_owned().await.ok();
-                    tool.invoke(&context, &arguments).await
-                }));
-                let failpoints = self.failpoints.clone();
-                tokio::spawn(async move { failpoints.hit(Failpoint::MidTool).await });
-                Some((ready, task))
-            })
-            .collect();
-        drop(sender);
-        for ((slot, tool_call), hold) in running.into_iter().zip(tool_calls).zip(held) {
-            let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold: None };
-            let Some((ready, mut task)) = slot else {
-                let answered = hold.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if let Some((attempt, output)) = answered {
-                    call.output(ledger, attempt, output).await?;
-                }
-                continue;
-            };
-            let attempt = Some(ready.attempt_id);
-            if self.out_of_time {
-                call.result(
-                    ledger,
-                    attempt,
-                    Outcome::Cancelled,
-                    STOPPED_EARLY_WHILE_RUNNING.into(),
-                )
-                .await?;
-                continue;
-            }
-            let output = loop {
-                tokio::select! {
-                    joined = task.wait() => break Some(match joined {
-                        Ok(output) => output,
-                        Err(error) => ToolOutput::error(format!("error: the tool failed unexpectedly: {error}")),
-                    }),
-                    Some(question) = questions.recv() => {
-                        let Some(asking) = tool_calls.get(question.index) else { continue };
-                        let asker =
-                            Call { turn: Some(turn_id), run: Some(run_id), call: asking, hold: None };
-                        asked[question.index] += 1;
-                        let number = asked[question.index];
-                        self.answer_question(ledger, &asker, number, question, cancel).await?;
-                    }
-                    () = cancel.cancelled() => {
-                        call.result(ledger, attempt, Outcome::Cancelled, CANCELLED_WHILE_RUNNING.into())
-                            .await?;
-                        break None;
-                    }
-                    () = until(self.deadline) => {
-                        self.out_of_time = true;
-                        call.result(ledger, attempt, Outcome::Cancelled, STOPPED_EARLY_WHILE_RUNNING.into())
-                            .await?;
-                        break None;
-                    }
-                }
-            };
-            let Some(output) = output else { continue };
-            if output.outcome == Outcome::Error {
-                *self.failures.entry(ready.failure_key).or_insert(0) += 1;
-            }
-            self.failpoints.hit(Failpoint::BeforeResult).await;
-            call.output(ledger, attempt, output).await?;
-            self.failpoints.hit(Failpoint::AfterResult).await;
-        }
-        Ok(if std::mem::take(&mut self.out_of_time) { Settled::OutOfTime } else { Settled::Done })
-    }
-
-    /// Resolves, validates and gates a call, then makes its `tool_attempt_prepared`
-    /// durable; `admission.ready` is then what carrying it out needs. Without it, the call's
-    /// `tool_result` is recorded (an error, a refusal, a cancel).
-    async fn admit(
-        &mut self,
-        ledger: &mut Ledger,
-        turn_id: TurnId,
-        run_id: RunId,
-        tool_call: &ToolCall,
-        cancel: &Cancellation,
-        admission: &mut Admission<'_>,
-    ) -> Result<()> {
-        let hold = admission.hold;
-        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold };
-        let name = tool_call.name.as_str();
-
-        // Identical failing calls are blocked whatever made them fail: an unknown tool and
-        // invalid arguments count like a tool's own error, in every run of the turn.
-        let (failure_key, arguments_sha256) = failure_key(tool_call);
-        let failed_before = self.failures.get(&failure_key).copied().unwrap_or(0);
-        if failed_before >= REPEATED_FAILURE_LIMIT {
-            let text = format!(
-                "error: blocked: this exact call already failed {failed_before} times in this \
-                 turn; change the arguments or the approach"
-            );
-            return call.result(ledger, None, Outcome::Error, text).await;
-        }
-        let Some(tool) = self.registry.get(name).cloned() else {
-            let available = self.registry.names().join(", ");
-            let removed = ledger.events().iter().rev().any(|event| {
-                matches!(&event.kind, EventKind::ToolsChanged { removed, .. }
-                    if removed.iter().any(|gone| gone == name))
-            });
-            let text = if removed {
-                format!(
-                    "error: tool '{name}' was removed by its server (tools/list_changed); it \
-                     is no longer offered. Available tools: {available}"
-                )
-            } else {
-                format!("error: unknown tool '{name}'. Available tools: {available}")
-            };
-            *self.failures.entry(failure_key).or_insert(0) += 1;
-            return call.result(ledger, None, Outcome::Error, text).await;
-        };
-        if let Some(problem) = &tool_call.arguments_error {
-            let text = format!(
-                "error: the arguments of this call are not valid JSON ({problem}); it was not \
-                 executed. Send the call again with one complete JSON object."
-            );
-            *self.failures.entry(failure_key).or_insert(0) += 1;
-            return call.result(ledger, None, Outcome::Error, text).await;
-        }
-        if let Err(problems) = self.registry.validate(name, &tool_call.arguments) {
-            let text = format!("error: invalid arguments for {name}: {problems}");
-            *self.failures.entry(failure_key).or_insert(0) += 1;
-            return call.result(ledger, None, Outcome::Error, text).await;
-        }
-
-        let spec = tool.spec();
-        let allow_reason = match authorize_tool_invocation(spec, &self.envelope) {
-            Authorization::Allow { reason } => reason,
-            Authorization::Refuse { reason } => {
-                call.gate(ledger, Decision::Refuse, reason).await?;
-                return call.result(ledger, None, Outcome::Refused, reason.to_owned()).await;
-            }
-        };
-        if self.mode == ExecutionMode::Shadow && !executes_in_shadow(spec) {
-            call.gate(ledger, Decision::Shadow, REFUSAL_SHADOW).await?;
-            ledger
-                .append(
-                    call.turn,
-                    call.run,
-                    EventKind::ShadowIntent {
-                        call_id: tool_call.call_id.clone(),
-                        tool: name.to_owned(),
-                        arguments: tool_call.arguments.clone(),
-                    },
-                )
-                .await?;
-            return call.result(ledger, None, Outcome::ShadowDenied, REFUSAL_SHADOW.into()).await;
-        }
-        if self.mode == ExecutionMode::Plan && !keel_contracts::executes_in_plan(spec) {
-            call.gate(ledger, Decision::Refuse, keel_contracts::REFUSAL_PLAN).await?;
-            return call
-                .result(ledger, None, Outcome::Refused, keel_contracts::REFUSAL_PLAN.into())
-                .await;
-        }
-        // Rules are decided on the path as written and on the path it really reaches, so a
-        // link or /proc/self/cwd cannot dodge a deny rule nor earn an allow rule.
-        let workspace = self.workspace.display().to_string();
-        // Command rules are decided per simple command of the parsed line (the shell parser
-        // lives here because keel-contracts parses nothing).
-        let resolved = resolved_path(&self.workspace, &tool_call.arguments);
-        let line = (name == "bash")
-            .then(|| tool_call.arguments.get("command").and_then(serde_json::Value::as_str))
-            .flatten()
-            .map(crate::command_line::parse);
-        let facts = CallFacts { resolved_path: resolved.as_deref(), command: line.as_ref() };
-        let ruled = self
-            .rules
-            .decide_with(name, &tool_call.arguments, &workspace, facts)
-            .map(|(answer, rule)| (answer, format!("rule:{}", rule.text)));
-        if let Some((PermissionAnswer::Deny, by)) = &ruled
-            && !requires_consent(spec)
-        {
-            // Plain reads are not asked, but a deny rule still refuses them (B09).
-            call.gate(ledger, Decision::Refuse, by).await?;
-            return call
-                .result(ledger, None, Outcome::Refused, REFUSAL_PERMISSION_DENIED.into())
-                .await;
-        }
-        if requires_consent(spec) {
-            let denied_by_rule = matches!(ruled, Some((PermissionAnswer::Deny, _)));
-            let now = self.deps.clock.now();
-            let exact =
-                exact_grant(ledger, name, &arguments_sha256, now).filter(|_| !denied_by_rule);
-            if let Some((seq, until)) = exact {
-                let reason = format!(
-                    "grant: this exact call is allowed until {until} (permission_settled #{seq})"
-                );
-                call.gate(ledger, Decision::Allow, &reason).await?;
-            } else if let Some(seq) = session_grant(ledger, name).filter(|_| !denied_by_rule) {
-                let reason = format!("grant: allowed for this session (permission_settled #{seq})");
-                call.gate(ledger, Decision::Allow, &reason).await?;
-            } else {
-                let reason = match &line {
-                    Some(CommandLine::Unresolved { reason, .. }) => format!(
-                        "consent required: {} access; rules cannot allow this command line \
-                         ({reason})",
-                        spec.access.as_str()
-                    ),
-                    _ => format!("consent required: {} access", spec.access.as_str()),
-                };
-                call.gate(ledger, Decision::Ask, &reason).await?;
-                match self.ask(ledger, &call, spec.access, ruled, &arguments_sha256, cancel).await?
-                {
-                    None => return Ok(()),
-                    Some(PermissionAnswer::Deny) => {
-                        return call
-                            .result(
-                                ledger,
-                                None,
-                                Outcome::Refused,
-                                REFUSAL_PERMISSION_DENIED.into(),
-                            )
-                            .await;
-                    }
-                    Some(
-                        PermissionAnswer::AllowOnce
-                        | PermissionAnswer::AllowSession
-                        | PermissionAnswer::AllowExact,
-                    ) => {}
-                }
-            }
-        } else {
-            call.gate(ledger, Decision::Allow, allow_reason).await?;
-        }
-
-        if spec.intrinsic && name == crate::wait::WAIT {
-            // No attempt: parking has no effect to prepare for. The call stays open until
-            // the wake; a crash before `run_suspended` leaves it to recovery like any call
-            // that was not dispatched.
-            match crate::wait::park(
-                self.deps.ids.as_ref(),
-                self.deps.clock.now(),
-                ledger.session_id,
-                &tool_call.call_id,
-                &tool_call.arguments,
-            ) {
-                Ok(parked) => self.parked = Some(parked),
-                Err(text) => {
-                    *self.failures.entry(failure_key).or_insert(0) += 1;
-                    return call.result(ledger, None, Outcome::Error, text).await;
-                }
-            }
-            return Ok(());
-        }
-        let attempt_id = self.deps.ids.attempt_id();
-        self.failpoints.hit(Failpoint::BeforePrepare).await;
-        // The one event that must be durable before the effect: committed now, together
-        // with everything staged since the model request (response, gate, consent).
-        ledger
-            .append(
-                call.turn,
-                call.run,
-                EventKind::ToolAttemptPrepared {
-                    call_id: tool_call.call_id.clone(),
-                    attempt_id,
-                    tool: name.to_owned(),
-                    arguments_sha256: arguments_sha256.clone(),
-                },
-            )
-            .await?;
-        self.failpoints.hit(Failpoint::AfterPrepare).await;
-        let context = ToolContext {
-            workspace: self.workspace.clone(),
-            session_id: ledger.session_id,
-            call_id: tool_call.call_id.clone(),
-            sandbox: self.sandbox,
-            boundary: self.boundary.clone(),
-            denied_paths: self.denied_paths.clone(),
-            write_denied_paths: self.write_denied_paths.clone(),
-            elicitor: None,
-        };
-        admission.ready = Some(Ready { attempt_id, tool, context, failure_key, arguments_sha256 });
-        Ok(())
-    }
-
-    /// Carries out an admitted call (its prepare is durable) and records its result.
-    async fn carry_out(
-        &mut self,
-        ledger: &mut Ledger,
-        turn_id: TurnId,
-        run_id: RunId,
-        tool_call: &ToolCall,
-        ready: Ready,
-        cancel: &Cancellation,
-    ) -> Result<()> {
-        let Ready { attempt_id, tool, context, failure_key, arguments_sha256 } = ready;
-        let call = Call { turn: Some(turn_id), run: Some(run_id), call: tool_call, hold: None };
-        let name = tool_call.name.as_str();
-        let spec = tool.spec();
-        if spec.intrinsic && name == REQUEST_BOUNDARY {
-            let output = self.negotiate_boundary(ledger, &call, &arguments_sha256, cancel).await?;
-            let Some(output) = output else { return Ok(()) };
-            return call.output(ledger, Some(attempt_id), output).await;
-        }
-        if spec.intrinsic && name == crate::intrinsic::SUBMIT {
-            // The arguments matched the schema (validated like every call's): the answer.
-            let output = match (&self.run.output_schema, &self.submitted) {
-                (Some(_), Some(_)) => ToolOutput::error(
-                    "error: an answer was already submitted in this response; only the first counts",
-                ),
-                (Some(schema), None) => {
-                    let answer = crate::intrinsic::submitted_answer(schema, &tool_call.arguments);
-                    self.submitted = Some(serde_json::to_string(&answer).unwrap_or_default());
-                    ToolOutput::ok("submitted: the answer matches the schema; the run ends")
-                }
-                (None, _) => ToolOutput::error("error: this run takes no submission"),
-            };
-            return call.output(ledger, Some(attempt_id), output).await;
-        }
-        if spec.intrinsic && name == crate::skills::ACTIVATE_SKILL {
-            let wanted = tool_call.arguments.get("name").and_then(|n| n.as_str()).unwrap_or("");
-            let output = match crate::skills::activate(&self.run.skills, wanted) {
-                Ok((skill, text)) => {
-                    ledger.stage(
-                        call.turn,
-                        call.run,
-                        EventKind::SkillActivated {
-                            call_id: tool_call.call_id.clone(),
-                            name: skill.name.clone(),
-                            location: skill.location.clone(),
-                            body_sha256: keel_contracts::sha256_hex(skill.body.as_bytes()),
-                            text: text.clone(),
-                        },
-                    );
-                    ToolOutput::ok(text)
-                }
-                Err(output) => output,
-            };
-            return call.output(ledger, Some(attempt_id), output).await;
-        }
-        if spec.intrinsic && name == READ_TOOL_RESULT {
-            // Results covered by a compaction before the events held in memory are paged
-            // from the store.
-            let handle = tool_call.arguments.get("handle").and_then(|h| h.as_str());
-            let output = match handle {
-                Some(handle) if !crate::intrinsic::holds_result(ledger.events(), handle) => {
-                    let found = ledger.last_tool_result(handle).await?;
-                    read_tool_result(found.as_deref().unwrap_or_default(), &tool_call.arguments)
-                }
-                _ => read_tool_result(ledger.events(), &tool_call.arguments),
-            };
-            return call.output(ledger, Some(attempt_id), output).await;
-        }
-        if spec.intrinsic && name == crate::codemode::RUN_CODE {
-            let output = self.run_cell(ledger, &call, cancel).await?;
-            return call.output(ledger, Some(attempt_id), output).await;
-        }
-        if spec.intrinsic && is_agent_tool(name) {
-            let answer = self
-                .children
-                .carry_out(AgentCall {
-                    tool: name,
-                    arguments: &tool_call.arguments,
-                    session_id: ledger.session_id,
-                    turn_id,
-                    run_id,
-                    call_id: &tool_call.call_id,
-                    cancel,
-                    remaining: self.remaining,
-                    run_config: &self.run,
-                })
-                .await?;
-            self.child_spent.absorb(&answer.spent);
-            let output = answer.output;
-            return call.output(ledger, Some(attempt_id), output).await;
-        }
-        let arguments = tool_call.arguments.clone();
-        // The tool may ask the user questions while it runs (an MCP server's elicitation):
-        // they come back here, are recorded and asked, and answered in order.
-        let (sender, mut questions) = crate::elicit::channel();
-        let mut context = context;
-        context.elicitor = Some(std::sync::Arc::new(crate::elicit::CallElicitor::new(0, sender)));
-        let mut task =
-            AbortOnDrop(tokio::spawn(async move { tool.invoke(&context, &arguments).await }));
-        let failpoints = self.failpoints.clone();
-        tokio::spawn(async move { failpoints.hit(Failpoint::MidTool).await });
-        let mut asked = 0u32;
-        let output = loop {
-            tokio::select! {
-                joined = task.wait() => break match joined {
-                    Ok(output) => output,
-                    Err(error) => ToolOutput::error(format!("error: the tool failed unexpectedly: {error}")),
-                },
-                Some(question) = questions.recv() => {
-                    asked += 1;
-                    self.answer_question(ledger, &call, asked, question, cancel).await?;
-                }
-                () = cancel.cancelled() => {
-                    return call
-                        .result(ledger, Some(attempt_id), Outcome::Cancelled, CANCELLED_WHILE_RUNNING.into())
-                        .await;
-                }
-                () = until(self.deadline) => {
-                    self.out_of_time = true;
-                    return call
-                        .result(ledger, Some(attempt_id), Outcome::Cancelled, STOPPED_EARLY_WHILE_RUNNING.into())
-                        .await;
-                }
-            }
-        };
-        if output.outcome == Outcome::Error {
-            *self.failures.entry(failure_key).or_insert(0) += 1;
-        }
-        self.failpoints.hit(Failpoint::BeforeResult).await;
-        call.output(ledger, Some(attempt_id), output).await?;
-        self.failpoints.hit(Failpoint::AfterResult).await;
-        Ok(())
-    }
-}
-
-/// The repeated-failure guard's key for a call (tool name, SHA-256 of its arguments' JSON),
-/// and that digest.
-fn failure_key(call: &ToolCall) -> ((String, String), String) {
-    let digest = keel_contracts::arguments_sha256(&call.arguments);
-    ((call.name.clone(), digest.clone()), digest)
-}
-
-/// The repeated-failure counts a turn already has: every `error` result of its earlier
-/// runs (and of this one so far), keyed like [`failure_key`], so a resume does not reset
-/// the guard.
-pub(crate) fn failures_in_turn(
-    events: &[keel_contracts::RuntimeEvent],
-    turn_id: TurnId,
-) -> BTreeMap<(String, String), u32> {
-    let mut calls = BTreeMap::new();
-    let mut failures = BTreeMap::new();
-    for event in events.iter().filter(|event| event.turn_id == Some(turn_id)) {
-        match &event.kind {
-            EventKind::ModelResponse { tool_calls, purpose, .. } if purpose.is_conversation() => {
-                for call in tool_calls {
-                    calls.insert(call.call_id.clone(), failure_key(call).0);
-                }
-            }
-            EventKind::ToolResult { call_id, outcome: Outcome::Error, .. } => {
-                if let Some(key) = calls.get(call_id) {
-                    *failures.entry(key.clone()).or_insert(0) += 1;
-                }
-            }
-            _ => {}
-        }
-    }
-    failures
-}
-
-/// The workspace-relative path a call's `path` argument really reaches (symlinks and
-/// `..` resolved through the longest existing prefix), or the absolute path when it leads
-/// outside; `None` without a `path` argument.
-fn resolved_path(workspace: &std::path::Path, arguments: &serde_json::Value) -> Option<String> {
-    let raw = arguments.get("path")?.as_str()?;
-    let joined = workspace.join(raw);
-    let mut existing = joined.as_path();
-    let mut rest = Vec::new();
-    let canonical = loop {
-        match std::fs::canonicalize(existing) {
-            Ok(canonical) => break canonical,
-            Err(_) => {
-                rest.push(existing.file_name()?.to_owned());
-                existing = existing.parent()?;
-            }
-        }
-    };
-    let full = rest.iter().rev().fold(canonical, |path, part| path.join(part));
-    let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_owned());
-    Some(match full.strip_prefix(&root) {
-        Ok(relative) => relative.display().to_string(),
-        Err(_) => full.display().to_string(),
-    })
-}
-
-/// Resolves at `deadline`, or never when there is none.
-async fn until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The seq and expiry of a valid execution grant for exactly this call: same tool, same
-/// arguments digest, not expired. A grant without an expiry or digest is never used (fail
-/// closed: the user is asked again).
-fn exact_grant(
-    ledger: &Ledger,
-    tool: &str,
-    arguments_sha256: &str,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Option<(u64, chrono::DateTime<chrono::Utc>)> {
-    // Permission answers are facts: held in memory whatever was dropped.
-    ledger.events().iter().rev().find_map(|event| match &event.kind {
-        EventKind::PermissionSettled {
-            tool: granted,
-            answer: PermissionAnswer::AllowExact,
-            arguments_sha256: Some(digest),
-            expires_at: Some(until),
-            ..
-        } if granted == tool && digest == arguments_sha256 && *until > now => {
-            Some((event.seq.0, *until))
-        }
-        _ => None,
-    })
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BoundaryRequest {
-    #[serde(default)]
-    paths: Vec<BoundaryPath>,
-    #[serde(default)]
-    network: bool,
-    justification: String,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BoundaryPath {
-    path: String,
-    access: keel_contracts::Access,
-}
-
-/// The seq of an "allow for this session" answer for `tool` in this session, if any.
-fn session_grant(ledger: &Ledger, tool: &str) -> Option<u64> {
-    ledger.events().iter().find_map(|event| match &event.kind {
-        EventKind::PermissionSettled {
-            tool: granted,
-            answer: PermissionAnswer::AllowSession,
-            ..
-        } if granted == tool => Some(event.seq.0),
-        _ => None,
-    })
-}
-
-/// A spawned tool task that is aborted if its owner is dropped (cancel or crash of the
-/// driving future), so no tool outlives its run.
-struct AbortOnDrop(tokio::task::JoinHandle<ToolOutput>);
-
-impl AbortOnDrop {
-    /// Waits for the task without giving it up (for a `select!` in a loop).
-    async fn wait(&mut self) -> std::result::Result<ToolOutput, tokio::task::JoinError> {
-        (&mut self.0).await
-    }
-}
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

@@ -13,9 +13,6 @@ use keel_contracts::{ToolOutput, fence_untrusted, neutralise_markers};
 
 use crate::config::{Skill, SkillOrigin, Skills};
 
-/// `activate_skill`.
-pub(crate) const ACTIVATE_SKILL: &str = "activate_skill";
-
 /// The share of the request budget (window minus reserve) the catalog may take, in percent.
 pub const CATALOG_SHARE_PERCENT: u64 = 2;
 

@@ -5,27 +5,26 @@
 //! ends `run_suspended` with reason [`WAITING_REASON`]. Calls after `wait` in the same step
 //! are answered `cancelled`. The process may then exit.
 //!
-//! [`Kernel::wake`] resumes it: a new run whose first fact (staged with `run_started`, so
+//! [`crate::Kernel::wake`] resumes it: a new run whose first fact (staged with `run_started`, so
 //! both are durable together or not at all) is the `tool_result` for the `wait` call: the
 //! payload, fenced as untrusted text from outside, or `timed out`. A run that crashes after
 //! that is an ordinary interrupted run: its wait is answered, so nothing is applied twice.
-//! [`Kernel::resume`] refuses a waiting session ([`KernelError::Waiting`]), and a new
+//! [`crate::Kernel::resume`] refuses a waiting session ([`crate::KernelError::Waiting`]), and a new
 //! turn answers the open `wait` `cancelled` (as any call left open), which ends the wait.
 //!
-//! The kernel offers `wait` only when the composition root asks ([`Kernel::with_wait`]):
+//! The kernel offers `wait` only when the composition root asks ([`crate::Kernel::with_wait`]):
 //! something must be able to wake the run. Sub-agents never get it.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use keel_contracts::{
-    Access, Effects, EventKind, Outcome, RuntimeEvent, SessionId, Tool, ToolCallId, ToolContext,
-    ToolOutput, ToolSpec, fence_untrusted,
+    Access, Effects, EventKind, RuntimeEvent, SessionId, Tool, ToolCallId, ToolContext, ToolOutput,
+    ToolSpec, fence_untrusted,
 };
 
-use crate::{Cancellation, Kernel, KernelError, Result, RunConfig, RunReport};
+use crate::intrinsic::{Admitted, Intrinsic, IntrinsicCall, Parked};
 
 /// `wait`.
 pub const WAIT: &str = "wait";
@@ -38,19 +37,6 @@ pub const MAX_WAIT: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The result text of a wait whose deadline passed.
 pub const TIMED_OUT: &str = "timed out";
-
-/// Result text for a call after `wait` in the same step.
-pub(crate) const AFTER_WAIT: &str =
-    "cancelled: the run parked on an earlier `wait` in this step; this call was not executed";
-
-/// What a parked run waits for (recorded as `wait_started`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Parked {
-    pub(crate) call_id: ToolCallId,
-    pub(crate) wake_id: String,
-    pub(crate) event: String,
-    pub(crate) deadline: DateTime<Utc>,
-}
 
 /// What wakes a parked run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,7 +168,8 @@ pub(crate) fn parse_timeout(
     }
 }
 
-/// The `wait` tool's spec. Carried out by the kernel; [`Tool::invoke`] is never reached.
+/// The `wait` tool: its calls park the run ([`Intrinsic::admit`]); [`Tool::invoke`] is
+/// never reached.
 #[derive(Debug)]
 pub(crate) struct WaitTool {
     spec: ToolSpec,
@@ -230,8 +217,28 @@ impl Tool for WaitTool {
     }
 }
 
+impl Intrinsic for WaitTool {
+    fn admit(&self, call: &IntrinsicCall<'_>) -> Admitted {
+        // No attempt: parking has no effect to prepare for. The call stays open until
+        // the wake; a crash before `run_suspended` leaves it to recovery like any call
+        // that was not dispatched.
+        let tool_call = call.tool_call();
+        let parked = park(
+            call.settlement.ids(),
+            call.settlement.now(),
+            call.session_id(),
+            &tool_call.call_id,
+            &tool_call.arguments,
+        );
+        match parked {
+            Ok(parked) => Admitted::Park(parked),
+            Err(text) => Admitted::Invalid(text),
+        }
+    }
+}
+
 /// The wait a call asks for, or the error its result should carry.
-pub(crate) fn park(
+fn park(
     kernel_ids: &dyn keel_contracts::IdGen,
     now: DateTime<Utc>,
     session_id: SessionId,
@@ -252,71 +259,6 @@ pub(crate) fn park(
         .ok_or("error: the deadline is out of range")?;
     let wake_id = format!("wake_{}_{}", session_id.0.simple(), kernel_ids.new_uuid().simple());
     Ok(Parked { call_id: call_id.clone(), wake_id, event, deadline })
-}
-
-impl Kernel {
-    /// This kernel, offering the intrinsic `wait` tool (after the others). A composition
-    /// root that can wake runs (a host, `keel wake`) turns it on.
-    ///
-    /// # Errors
-    ///
-    /// [`crate::RegistryError`] if a tool called `wait` is registered already.
-    pub fn with_wait(mut self) -> std::result::Result<Kernel, crate::RegistryError> {
-        self.registry = self.registry.with_tool(Arc::new(WaitTool::new()))?;
-        Ok(self)
-    }
-
-    /// Wakes the session's run parked on `wait` with `wake_id`: a new run of its turn
-    /// whose first fact is the `wait` result (`answer`), then the loop goes on as usual.
-    ///
-    /// # Errors
-    ///
-    /// [`KernelError::NotWaiting`] when the session's last run is not parked on a wait with
-    /// this id (never parked, another id, answered already, a new turn began): nothing is
-    /// appended. Otherwise as [`Kernel::run_turn`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Kernel::run_turn`]; the wake is applied if and only if the new run's
-    /// `run_started` is durable (the wait result is committed with it).
-    pub async fn wake(
-        &self,
-        session_id: SessionId,
-        wake_id: &str,
-        answer: &WakeAnswer,
-        config: &RunConfig,
-        cancel: &Cancellation,
-    ) -> Result<RunReport> {
-        let mut ledger = self.load_session(session_id).await?;
-        self.take_lease(&mut ledger).await?;
-        let found = waiting(ledger.events()).filter(|w| same_wake_id(&w.wake_id, wake_id));
-        let turn = crate::recovery::resumable_turn(ledger.events());
-        let (Some(waiting), Some((turn_id, last_run))) = (found, turn) else {
-            self.drop_lease(&mut ledger).await;
-            return Err(KernelError::NotWaiting {
-                session_id,
-                reason: "its last run is not parked on a wait with this wake id (it never \
-                         waited, was woken already, or a new turn began)"
-                    .into(),
-            });
-        };
-        let result = crate::kernel::FirstResult {
-            call_id: waiting.call_id,
-            tool: WAIT.to_owned(),
-            outcome: Outcome::Ok,
-            content: answer.result_text(&waiting.event),
-        };
-        self.drive_with(
-            ledger,
-            turn_id,
-            last_run,
-            Some(result),
-            config,
-            cancel,
-            &crate::Steering::new(),
-        )
-        .await
-    }
 }
 
 #[cfg(test)]

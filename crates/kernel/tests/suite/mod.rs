@@ -9,6 +9,7 @@ mod elicitation;
 mod faults;
 mod gates;
 mod group_commit;
+mod intrinsics;
 mod leases;
 mod long_sessions;
 mod outbox;
