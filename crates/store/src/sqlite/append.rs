@@ -10,19 +10,6 @@ use super::{append_backend, leases, summaries};
 use crate::record::{Batch, timestamp};
 use crate::summary;
 
-/// One append inside the group's transaction: check the stored tail, insert what is new,
-/// update the listing. `Ok(false)` when every event was already stored (nothing written).
-pub(super) fn append_batch(
-    tx: &Connection,
-    batch: &Batch,
-    lease: Option<&keel_contracts::Lease>,
-) -> Result<bool, AppendError> {
-    match check_batch(tx, batch, lease)? {
-        Some(checked) => write_batch(tx, batch, checked).map(|()| true),
-        None => Ok(false),
-    }
-}
-
 /// What an append's checks found: where its new rows start, and the session's stored
 /// listing row (`None` for a new session).
 pub(super) struct Checked {

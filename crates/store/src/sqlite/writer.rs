@@ -164,10 +164,12 @@ impl Drop for WriterStopped<'_> {
 /// [`SqliteStore::append`](keel_contracts::Store::append)). Counts a commit in `n_commits`
 /// before anyone is answered.
 fn commit_group(connection: &mut Connection, group: Vec<QueuedAppend>, n_commits: &AtomicU64) {
-    let (results, committed) = write_group(connection, &group).unwrap_or_else(|message| {
-        let failed = group.iter().map(|_| Err(AppendError::Backend { message: message.clone() }));
-        (failed.collect(), false)
-    });
+    let (results, committed) = write_group(connection, &group, Isolation::ChecksFirst)
+        .unwrap_or_else(|message| {
+            let failed =
+                group.iter().map(|_| Err(AppendError::Backend { message: message.clone() }));
+            (failed.collect(), false)
+        });
     if committed {
         n_commits.fetch_add(1, Ordering::Relaxed);
     }
@@ -177,64 +179,57 @@ fn commit_group(connection: &mut Connection, group: Vec<QueuedAppend>, n_commits
     }
 }
 
+/// How the appends of a group are kept apart in its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Isolation {
+    /// No savepoints: every append checks before it writes, so an append refused by its
+    /// checks wrote nothing and needs none.
+    ChecksFirst,
+    /// Each append in a savepoint of its own, so that one whose write failed is undone
+    /// alone.
+    Savepoints,
+}
+
 /// The group's transaction: each caller's result, and whether it committed. `Err` with
 /// SQLite's message when it could not begin or a savepoint could not be handled; the
 /// transaction is rolled back then and every caller gets that error.
 ///
 /// Every append checks first (fence, stored tail, retries) and writes only after its checks
 /// pass, so an append refused by its checks wrote nothing and needs no savepoint. The
-/// group runs without savepoints; only when a write itself fails after others of the group
-/// were written is the transaction rolled back and the group run again, each append in a
-/// savepoint of its own ([`write_group_in_savepoints`]), so that the failed one is undone
-/// alone.
+/// group runs without savepoints ([`Isolation::ChecksFirst`]); only when a write itself
+/// fails after others of the group were written is the transaction rolled back and the
+/// group run again, each append in a savepoint of its own ([`Isolation::Savepoints`]), so
+/// that the failed one is undone alone.
 fn write_group(
     connection: &mut Connection,
     group: &[QueuedAppend],
+    isolation: Isolation,
 ) -> Result<(Vec<Result<(), AppendError>>, bool), String> {
     roll_back_stale(connection)?;
     let tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|error| error.to_string())?;
-    let mut wrote = false;
-    let mut results = Vec::with_capacity(group.len());
-    for queued in group {
-        let result = match append::check_batch(&tx, &queued.batch, queued.lease.as_ref()) {
-            Ok(Some(checked)) => match append::write_batch(&tx, &queued.batch, checked) {
-                Ok(()) => Ok(true),
-                Err(error) => {
-                    if tx.is_autocommit() {
-                        return Err(backend_message(error));
-                    }
-                    // A write failed part way: undo the group, run it in savepoints.
-                    tx.rollback().map_err(|error| error.to_string())?;
-                    return write_group_in_savepoints(connection, group);
-                }
-            },
-            Ok(None) => Ok(false),
-            Err(error) if tx.is_autocommit() => return Err(backend_message(error)),
-            Err(error) => Err(error),
-        };
-        wrote |= matches!(result, Ok(true));
-        results.push(result.map(drop));
-    }
-    finish_group(tx, wrote, results)
-}
-
-/// [`write_group`] with each append in a savepoint: a failed append is undone alone.
-fn write_group_in_savepoints(
-    connection: &mut Connection,
-    group: &[QueuedAppend],
-) -> Result<(Vec<Result<(), AppendError>>, bool), String> {
-    roll_back_stale(connection)?;
-    let tx = connection
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|error| error.to_string())?;
+    let savepoints = isolation == Isolation::Savepoints;
     let run = |sql: &str| tx.prepare_cached(sql).and_then(|mut statement| statement.execute([]));
     let mut wrote = false;
     let mut results = Vec::with_capacity(group.len());
     for queued in group {
-        run("SAVEPOINT keel_append").map_err(|error| error.to_string())?;
-        let result = append::append_batch(&tx, &queued.batch, queued.lease.as_ref());
+        if savepoints {
+            run("SAVEPOINT keel_append").map_err(|error| error.to_string())?;
+        }
+        let result = match append::check_batch(&tx, &queued.batch, queued.lease.as_ref()) {
+            Ok(Some(checked)) => match append::write_batch(&tx, &queued.batch, checked) {
+                Ok(()) => Ok(true),
+                // A write failed part way: undo the group, run it in savepoints.
+                Err(_) if !savepoints && !tx.is_autocommit() => {
+                    tx.rollback().map_err(|error| error.to_string())?;
+                    return write_group(connection, group, Isolation::Savepoints);
+                }
+                Err(error) => Err(error),
+            },
+            Ok(None) => Ok(false),
+            Err(error) => Err(error),
+        };
         if !matches!(result, Ok(true)) {
             if tx.is_autocommit() {
                 // SQLite rolled the whole transaction back itself (a full disk, an I/O
@@ -244,12 +239,16 @@ fn write_group_in_savepoints(
                     Ok(_) => "the group's transaction was rolled back".to_owned(),
                 });
             }
-            // Undo whatever this append wrote before it failed. If that fails the
-            // transaction cannot be trusted: the whole group fails and is rolled back.
-            run("ROLLBACK TO keel_append")
-                .map_err(|error| format!("cannot roll back a failed append: {error}"))?;
+            if savepoints {
+                // Undo whatever this append wrote before it failed. If that fails the
+                // transaction cannot be trusted: the whole group fails and is rolled back.
+                run("ROLLBACK TO keel_append")
+                    .map_err(|error| format!("cannot roll back a failed append: {error}"))?;
+            }
         }
-        run("RELEASE keel_append").map_err(|error| error.to_string())?;
+        if savepoints {
+            run("RELEASE keel_append").map_err(|error| error.to_string())?;
+        }
         wrote |= matches!(result, Ok(true));
         results.push(result.map(drop));
     }
