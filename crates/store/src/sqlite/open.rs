@@ -203,13 +203,20 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 /// What does not exist (yet) passes; what cannot be inspected is left to SQLite's error.
 fn refuse_non_regular(path: &Path) -> Result<(), OpenError> {
     for suffix in ["", "-wal", "-shm", "-journal"] {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
+        let name = beside(path, suffix);
         let Ok(metadata) = std::fs::metadata(&name) else { continue };
         let Some(kind) = kind_name(metadata.file_type()) else { continue };
-        return Err(OpenError::NotRegular { path: PathBuf::from(name), kind });
+        return Err(OpenError::NotRegular { path: name, kind });
     }
     Ok(())
+}
+
+/// One of SQLite's files beside the ledger at `path`: `path` with `suffix` (`-wal`, `-shm`,
+/// `-journal`) appended to its name.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }
 
 /// What a file of `kind` is, for an error; `None` for a regular file.
@@ -299,10 +306,8 @@ fn file_uri(path: &Path, query: &str) -> String {
 /// index: `SQLITE_CANTOPEN` while no `-shm` exists (a read-only connection creates one
 /// wherever it can, so the folder cannot be written).
 fn cannot_create_shm(path: &Path, error: &rusqlite::Error) -> bool {
-    let mut shm = path.as_os_str().to_owned();
-    shm.push("-shm");
     error.sqlite_error().map(|error| error.code) == Some(rusqlite::ErrorCode::CannotOpen)
-        && Path::new(&shm).symlink_metadata().is_err()
+        && beside(path, "-shm").symlink_metadata().is_err()
 }
 
 /// The read-only open of a ledger in a read-only folder: with no `-wal` and no
@@ -315,9 +320,7 @@ fn read_in_read_only_folder(path: &Path) -> Result<(Connection, Option<i64>), Op
         ("-wal", "its write-ahead log (-wal) needs an index (-shm) created beside it"),
         ("-journal", "its rollback journal (-journal) must be rolled back first"),
     ] {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        if Path::new(&name).symlink_metadata().is_ok() {
+        if beside(path, suffix).symlink_metadata().is_ok() {
             return Err(OpenError::ReadOnlyHome {
                 path: path.to_path_buf(),
                 why: format!(
