@@ -81,7 +81,8 @@ pub(super) async fn append_batch(
         return Err(conflict(first_new.event.seq));
     }
 
-    let mut summary = stored.unwrap_or_else(|| summary::start(&first_new.event));
+    let mut summary =
+        stored.unwrap_or_else(|| summary::start(first_new.event.session_id, first_new.event.ts));
     let mut seqs = Vec::with_capacity(new_rows.len());
     let mut turn_ids = Vec::with_capacity(new_rows.len());
     let mut run_ids = Vec::with_capacity(new_rows.len());
@@ -98,7 +99,7 @@ pub(super) async fn append_batch(
         kinds.push(event.kind);
         bodies.push(row.body.as_str());
         call_ids.push(event.result_call_key.as_deref());
-        summary::apply(&mut summary, event);
+        summary::apply(&mut summary, event.seq, event.ts, &event.fold);
     }
     let insert = tx
         .prepare_cached(

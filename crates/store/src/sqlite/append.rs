@@ -73,7 +73,9 @@ pub(super) fn write_batch(
 ) -> Result<(), AppendError> {
     let session_key = batch.session_id.to_string();
     let new_rows = &batch.rows[checked.first_new..];
-    let mut summary = checked.stored.unwrap_or_else(|| summary::start(&new_rows[0].event));
+    let mut summary = checked
+        .stored
+        .unwrap_or_else(|| summary::start(new_rows[0].event.session_id, new_rows[0].event.ts));
     let mut insert = tx
         .prepare_cached(
             "INSERT INTO events (session_id, seq, turn_id, run_id, ts, kind, body)
@@ -93,7 +95,7 @@ pub(super) fn write_batch(
                 row.body,
             ])
             .map_err(append_backend)?;
-        summary::apply(&mut summary, event);
+        summary::apply(&mut summary, event.seq, event.ts, &event.fold);
     }
     summaries::store_summary(tx, &summary)
 }
