@@ -57,17 +57,16 @@ mod capture;
 mod command;
 mod error;
 mod managed;
+mod spec;
 mod sys;
 
 pub use boundary::Boundary;
 pub use capture::CapturedText;
-pub use command::{
-    CommandOutput, CommandSpec, DEFAULT_OUTPUT_CAP_BYTES, DRAIN_GRACE, NON_INTERACTIVE_ENV,
-    Termination, run,
-};
+pub use command::{CommandOutput, DRAIN_GRACE, Termination, run};
 pub use error::{Result, SandboxError};
 pub use keel_contracts::SandboxMode;
 pub use managed::{
     INHERITED_ENV, ManagedSupport, is_credential_store, managed_support, protected_path,
     recover_plants, set_plant_note_key,
 };
+pub use spec::{CommandSpec, DEFAULT_OUTPUT_CAP_BYTES, NON_INTERACTIVE_ENV};

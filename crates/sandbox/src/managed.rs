@@ -18,16 +18,14 @@ pub use plants::set_plant_note_key;
 mod protected;
 mod seccomp;
 
-pub(crate) use mask::Denial;
-
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::command::CommandSpec;
 use crate::error::{Result, SandboxError};
+use crate::spec::CommandSpec;
 use crate::sys::{self, AliasMount, BindMount, ChildContainment, WritableRoot};
 
 pub(crate) use filesystem::MIN_LANDLOCK_ABI;
@@ -286,7 +284,7 @@ fn environment(spec: &CommandSpec, temp_path: &Path) -> Vec<(OsString, OsString)
                 || spec.inherited_env_names().iter().any(|named| named == key)
         })
         .collect();
-    for (key, value) in crate::command::NON_INTERACTIVE_ENV {
+    for (key, value) in crate::spec::NON_INTERACTIVE_ENV {
         env.push((OsString::from(key), OsString::from(value)));
     }
     for key in ["TMPDIR", "TMP", "TEMP"] {

@@ -2,14 +2,15 @@
 //!
 //! The fold must match `keel_testkit::MemStore` exactly; the conformance suite pins both.
 
-use keel_contracts::{EventKind, SessionId, SessionStatus, SessionSummary, Usage, session_title};
+use chrono::{DateTime, Utc};
+use keel_contracts::{
+    EventKind, Seq, SessionId, SessionStatus, SessionSummary, Usage, session_title,
+};
 
-use crate::record::EventHead;
-
-/// The summary of a session whose first stored event is `first` (normally
-/// `session_created`), before `first` itself is applied.
-pub(crate) fn start(first: &EventHead) -> SessionSummary {
-    SessionSummary::starting(first.session_id, first.ts)
+/// The summary of a session whose first stored event (normally `session_created`) was
+/// recorded at `first_at`, before that event itself is applied.
+pub(crate) fn start(session_id: SessionId, first_at: DateTime<Utc>) -> SessionSummary {
+    SessionSummary::starting(session_id, first_at)
 }
 
 /// What one event changes in its session's summary, besides its seq and time: taken from
@@ -47,17 +48,18 @@ impl Fold {
     }
 }
 
-/// Folds one appended event into its session's summary.
+/// Folds one appended event, at `seq` and recorded at `at`, into its session's summary:
+/// `fold` is what it changes ([`Fold::of`], taken when its append was prepared).
 ///
 /// The status follows run events (`run_started` → running, `run_completed` → completed,
 /// …) and `session_sealed` → sealed, which is final. The title is the first non-empty
 /// turn input.
-pub(crate) fn apply(summary: &mut SessionSummary, event: &EventHead) {
-    summary.last_seq = event.seq;
-    summary.updated_at = event.ts;
-    match &event.fold {
+pub(crate) fn apply(summary: &mut SessionSummary, seq: Seq, at: DateTime<Utc>, fold: &Fold) {
+    summary.last_seq = seq;
+    summary.updated_at = at;
+    match fold {
         Fold::Created { workspace, model, parent } => {
-            summary.created_at = event.ts;
+            summary.created_at = at;
             summary.workspace.clone_from(workspace);
             summary.model.clone_from(model);
             summary.parent = *parent;

@@ -19,21 +19,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, SandboxError};
+use crate::spec::Denial;
 use crate::sys::{self, BindMount};
 
 use super::c_path;
 
 /// Masks applied at most for one command.
 pub(crate) const MAX_MASKS: usize = 512;
-
-/// What a deny rule takes from a command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Denial {
-    /// Read-only, still readable (a deny on writing).
-    ReadOnly,
-    /// Hidden: empty and read-only (a deny on reading).
-    Hide,
-}
 
 /// One mask point: canonical path, how it is denied, whether it is a directory.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

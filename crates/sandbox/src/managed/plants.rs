@@ -203,15 +203,9 @@ impl Drop for PlantGuard {
 /// during a managed command), then deletes them. Returns a note per repair. A note that
 /// cannot be read is left in place and reported.
 pub(crate) fn recover(workspace: &Path) -> Vec<String> {
-    // Neither `.keel` nor `.keel/sandbox` may be a symbolic link: a cloned repository (or
-    // a command, in a folder a later run is started in) could point either outside the
-    // workspace, and the sweep below removes files and the folder. `write_note` refuses
-    // the same links.
-    let real_dir = |path: &Path| {
-        path.symlink_metadata().is_ok_and(|meta| meta.is_dir() && !meta.file_type().is_symlink())
-    };
+    // The sweep below removes files and the folder: only in a real `.keel/sandbox`.
     let dir = workspace.join(NOTE_DIR);
-    if !real_dir(&workspace.join(".keel")) || !real_dir(&dir) {
+    if !real_dir(&workspace.join(".keel")).unwrap_or(false) || !real_dir(&dir).unwrap_or(false) {
         return Vec::new();
     }
     let mut notes = Vec::new();
@@ -272,6 +266,16 @@ pub(crate) fn recover(workspace: &Path) -> Vec<String> {
     notes
 }
 
+/// Whether `path` is a directory itself, not a symbolic link to one. Neither `.keel` nor
+/// `.keel/sandbox` may be a link: a cloned repository (or a command, in a folder a later
+/// run is started in) could point either outside the workspace, where the sweep would
+/// remove files and a note would be written. `Err` when `path` cannot be inspected (it does
+/// not exist).
+fn real_dir(path: &Path) -> std::io::Result<bool> {
+    let meta = path.symlink_metadata()?;
+    Ok(meta.is_dir() && !meta.file_type().is_symlink())
+}
+
 fn write_note(workspace: &Path, note: &Note) -> std::io::Result<PathBuf> {
     let Some(key) = NOTE_KEY.get() else {
         return Err(std::io::Error::other("no key to authenticate it (set_plant_note_key)"));
@@ -280,8 +284,7 @@ fn write_note(workspace: &Path, note: &Note) -> std::io::Result<PathBuf> {
     note.mac = tag(key, workspace, &note)
         .ok_or_else(|| std::io::Error::other("the note could not be authenticated"))?;
     let note = &note;
-    let keel_dir = workspace.join(".keel");
-    if !keel_dir.symlink_metadata()?.is_dir() {
+    if !real_dir(&workspace.join(".keel"))? {
         return Err(std::io::Error::other(".keel is not a directory"));
     }
     let dir = workspace.join(NOTE_DIR);

@@ -155,6 +155,6 @@ pub(super) fn open(path: &Path) -> rusqlite::Result<Connection> {
     )?;
     connection.busy_timeout(BUSY_TIMEOUT)?;
     connection.pragma_update(None, "query_only", true)?;
-    super::stable_plans(&connection)?;
+    super::open::stable_plans(&connection)?;
     Ok(connection)
 }

@@ -4,7 +4,11 @@ use chrono::{TimeZone, Utc};
 use keel_contracts::{EventKind, Outcome, TurnId};
 use uuid::Uuid;
 
+use super::open::needs_repair;
+use super::reads::read_events;
 use super::*;
+use crate::error::OpenError;
+use crate::record::timestamp;
 
 fn pragma<T: rusqlite::types::FromSql>(store: &SqliteStore, name: &str) -> T {
     let connection = store.connection.lock().unwrap();
