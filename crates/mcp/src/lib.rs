@@ -57,11 +57,11 @@ mod result;
 mod stdio;
 mod tool;
 
-pub use access::{AccessSource, DeclaredAccess, TransportKind, declare_access};
+pub use access::{AccessSource, DeclaredAccess, declare_access};
 pub use client::{Elicitation, ElicitationPolicy};
 pub use config::{
     DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, HttpHeaders, MAX_SERVER_NAME_LEN,
-    McpServerConfig, OAuthClientSpec, ServerSpec, ToolDeclaration, TransportSpec,
+    McpServerConfig, OAuthClientSpec, ServerSpec, ToolDeclaration, TransportKind, TransportSpec,
 };
 pub use error::{ConfigError, ConnectError};
 pub use manager::{
