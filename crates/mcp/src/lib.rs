@@ -54,6 +54,7 @@ mod manager;
 mod naming;
 pub mod oauth;
 mod result;
+mod secrets;
 mod stdio;
 mod tool;
 

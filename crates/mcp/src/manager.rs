@@ -13,10 +13,11 @@ use rmcp::model::CallToolRequestParams;
 use crate::access::{AccessSource, declare_access};
 use crate::client::{CallGuard, Elicitation, ElicitationPolicy, KeelClient, Pause};
 use crate::config::{ServerSpec, TransportSpec};
-use crate::connection::{Connection, Secrets};
+use crate::connection::Connection;
 use crate::error::ConnectError;
 use crate::naming::keel_tool_name;
 use crate::result::render;
+use crate::secrets::Secrets;
 use crate::stdio::{ServerLog, TASK_REQUIRED_META};
 use crate::tool::McpTool;
 

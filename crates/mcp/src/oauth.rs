@@ -43,7 +43,7 @@ use rmcp::transport::auth::{
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ServerSpec, TransportSpec};
-use crate::connection::Secrets;
+use crate::secrets::Secrets;
 
 /// How long the user has to finish the browser step, unless the caller says otherwise.
 pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(300);
@@ -877,7 +877,7 @@ async fn probe(url: &str) -> Result<Option<String>, OAuthError> {
         "id": 0,
         "method": "initialize",
         "params": {
-            "protocolVersion": crate::connection::OFFERED_PROTOCOL_VERSION.as_str(),
+            "protocolVersion": crate::client::OFFERED_PROTOCOL_VERSION.as_str(),
             "capabilities": {},
             "clientInfo": {"name": "keel", "version": env!("CARGO_PKG_VERSION")},
         },
@@ -890,7 +890,7 @@ async fn probe(url: &str) -> Result<Option<String>, OAuthError> {
         let mut request = client
             .post(url)
             .header(reqwest::header::ACCEPT, "application/json, text/event-stream")
-            .header("mcp-protocol-version", crate::connection::OFFERED_PROTOCOL_VERSION.as_str())
+            .header("mcp-protocol-version", crate::client::OFFERED_PROTOCOL_VERSION.as_str())
             .json(message);
         if let Some(session) = &session {
             request = request.header("mcp-session-id", session);
