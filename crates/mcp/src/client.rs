@@ -67,7 +67,7 @@ pub(crate) struct KeelClient {
     /// Where this server's current tools go when it says its list changed.
     lists: Option<(Arc<ToolLists>, usize)>,
     /// The server's handle, once made (for building its tools anew).
-    handle: Arc<std::sync::OnceLock<std::sync::Weak<crate::manager::ServerHandle>>>,
+    handle: Arc<std::sync::OnceLock<std::sync::Weak<crate::server::ServerHandle>>>,
 }
 
 /// Every server's current tools, in configuration order: the composition root hands it to
@@ -194,7 +194,7 @@ impl KeelClient {
     }
 
     /// Names the server's handle (once it exists), for refreshing its tools.
-    pub(crate) fn set_handle(&self, handle: &Arc<crate::manager::ServerHandle>) {
+    pub(crate) fn set_handle(&self, handle: &Arc<crate::server::ServerHandle>) {
         let _ = self.handle.set(Arc::downgrade(handle));
     }
 
@@ -348,7 +348,7 @@ impl ClientHandler for KeelClient {
         };
         let offers_resources =
             context.peer.peer_info().is_some_and(|info| info.capabilities.resources.is_some());
-        let (tools, _, _) = crate::manager::build_tools(&server, &listed, offers_resources);
+        let (tools, _, _) = crate::tool::build_tools(&server, &listed, offers_resources);
         lists.set(*index, tools, true);
     }
 

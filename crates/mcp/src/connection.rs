@@ -19,7 +19,7 @@ use crate::client::KeelClient;
 use crate::config::{HttpHeaders, ServerSpec, TransportSpec};
 use crate::error::ConnectError;
 use crate::http::KeelHttpClient;
-use crate::manager::StartOptions;
+use crate::options::StartOptions;
 use crate::secrets::Secrets;
 use crate::stdio::{self, ChildGuard, Launch, ServerLog};
 

@@ -53,8 +53,11 @@ mod http;
 mod manager;
 mod naming;
 pub mod oauth;
+mod options;
 mod result;
 mod secrets;
+mod server;
+mod status;
 mod stdio;
 mod tool;
 
@@ -65,9 +68,8 @@ pub use config::{
     McpServerConfig, OAuthClientSpec, ServerSpec, ToolDeclaration, TransportKind, TransportSpec,
 };
 pub use error::{ConfigError, ConnectError};
-pub use manager::{
-    BearerTokens, INHERITED_ENV_VARS, McpServers, McpToolInfo, ServerState, ServerStatus,
-    StartOptions,
-};
+pub use manager::McpServers;
 pub use naming::{MAX_TOOL_NAME_LEN, keel_tool_name};
+pub use options::{BearerTokens, INHERITED_ENV_VARS, StartOptions};
+pub use status::{McpToolInfo, ServerState, ServerStatus};
 pub use tool::McpTool;
