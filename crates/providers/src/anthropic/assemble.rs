@@ -24,9 +24,10 @@
 //! - An `error` event is an error, never folded into a success.
 //!
 //! The pieces: this module reads the events and builds each content block while it
-//! streams; `finish` turns the blocks into the
-//! [`ModelResponse`](keel_contracts::ModelResponse), with the finish reason, the refusal
-//! text and the usage.
+//! streams; `finish` turns the blocks into the [`ModelResponse`], with the finish reason,
+//! the refusal text and the usage.
+//!
+//! [`ModelResponse`]: keel_contracts::ModelResponse
 
 mod finish;
 #[cfg(test)]

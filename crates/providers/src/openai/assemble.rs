@@ -13,6 +13,8 @@
 //! The pieces: this module reads chunks, keeps text, reasoning and refusal, finishes the
 //! response and maps its usage; `tool_calls` routes tool-call fragments to calls; `think`
 //! splits an inline `<think>` block from the answer.
+//!
+//! [`ToolCall::arguments_error`]: keel_contracts::ToolCall::arguments_error
 
 #[cfg(test)]
 mod tests;

@@ -34,12 +34,14 @@
 //! - A function call cut off by `response.incomplete` (or with status `incomplete`) is kept
 //!   with `arguments_error`, so it is never executed.
 //! - `response.failed` and `error` events are errors, never folded into a success.
-
 //!
 //! The pieces: this module reads the events and keeps the items by output index; `item`
 //! is one output item (what the wire says of it, how its `.done` form overlays what
 //! streamed, calls of kinds keel never declares); `finish` turns the items into the
-//! [`ModelResponse`](keel_contracts::ModelResponse), with the finish reason and usage.
+//! [`ModelResponse`], with the finish reason and usage.
+//!
+//! [`ModelResponse`]: keel_contracts::ModelResponse
+//! [`ReasoningPart`]: keel_contracts::ReasoningPart
 
 mod finish;
 mod item;
