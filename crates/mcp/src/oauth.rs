@@ -31,12 +31,12 @@
 //! metadata checks), `registration` (which client keel logs in as), `redirect` (the
 //! one-shot loopback listener), `browser` (the [`Browser`] step), `store` (the token files,
 //! [`OAuthStore`]), `credentials` (rmcp's credential store over a token file, and
-//! [`authorized_manager`] for a connection) and `login` (the flow, [`login`]).
+//! `authorized_manager` for a connection) and `flow` (the login itself, [`login`]).
 
 mod browser;
 mod credentials;
 mod discovery;
-mod login;
+mod flow;
 mod redirect;
 mod registration;
 mod store;
@@ -46,6 +46,6 @@ mod tests;
 pub use crate::error::OAuthError;
 pub use browser::{Browser, FetchingBrowser};
 pub(crate) use credentials::authorized_manager;
-pub use login::{DEFAULT_LOGIN_TIMEOUT, LoginOptions, LoginReport, login, login_with_challenge};
+pub use flow::{DEFAULT_LOGIN_TIMEOUT, LoginOptions, LoginReport, login, login_with_challenge};
 pub(crate) use store::note_step_up;
 pub use store::{OAuthStore, canonical_url};

@@ -14,7 +14,8 @@ pub trait Browser: Send + Sync {
     ///
     /// # Errors
     ///
-    /// Why it could not; the login then fails with [`OAuthError::Browser`].
+    /// Why it could not; the login then fails with
+    /// [`OAuthError::Browser`](crate::error::OAuthError::Browser).
     fn open<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<(), String>>;
 }
 

@@ -257,7 +257,7 @@ fn temp_suffix() -> String {
 }
 
 /// Notes a 403 `insufficient_scope` challenge with the login stored for `url` (if there
-/// is one), for the next [`login`]. Best effort: a failure to write only loses the hint.
+/// is one), for the next [`login`](super::flow::login). Best effort: a failure to write only loses the hint.
 pub(crate) fn note_step_up(store: &OAuthStore, url: &str, challenge: &str) {
     let (Ok(Some(mut record)), Ok(path)) = (store.load(url), store.path_for(url)) else {
         return;
