@@ -3,17 +3,7 @@
 use keel_contracts::{Access, Effects, Egress};
 use serde::Serialize;
 
-use crate::config::ToolDeclaration;
-
-/// Where a server runs, as far as its default effects go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TransportKind {
-    /// A local process started by keel (stdio).
-    Stdio,
-    /// A server reached by URL: whatever it is sent may leave the machine.
-    Remote,
-}
+use crate::config::{ToolDeclaration, TransportKind};
 
 /// Who decided a tool's access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

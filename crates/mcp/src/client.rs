@@ -22,14 +22,12 @@ use keel_contracts::{ElicitationAnswer, ElicitationRequest, Elicitor};
 // Sampling is deprecated by SEP-2577; keel refuses it, and names its types to do so.
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ElicitationCapability, ErrorCode, FormElicitationCapability, Implementation,
+    ElicitationCapability, ErrorCode, FormElicitationCapability, Implementation, ProtocolVersion,
 };
 #[allow(deprecated)]
 use rmcp::model::{CreateMessageRequestParams, CreateMessageResult};
 use rmcp::service::RequestContext;
 use rmcp::{ClientHandler, ErrorData, RoleClient};
-
-use crate::connection::OFFERED_PROTOCOL_VERSION;
 
 /// How a server's `elicitation/create` is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,7 +67,7 @@ pub(crate) struct KeelClient {
     /// Where this server's current tools go when it says its list changed.
     lists: Option<(Arc<ToolLists>, usize)>,
     /// The server's handle, once made (for building its tools anew).
-    handle: Arc<std::sync::OnceLock<std::sync::Weak<crate::manager::ServerHandle>>>,
+    handle: Arc<std::sync::OnceLock<std::sync::Weak<crate::server::ServerHandle>>>,
 }
 
 /// Every server's current tools, in configuration order: the composition root hands it to
@@ -196,7 +194,7 @@ impl KeelClient {
     }
 
     /// Names the server's handle (once it exists), for refreshing its tools.
-    pub(crate) fn set_handle(&self, handle: &Arc<crate::manager::ServerHandle>) {
+    pub(crate) fn set_handle(&self, handle: &Arc<crate::server::ServerHandle>) {
         let _ = self.handle.set(Arc::downgrade(handle));
     }
 
@@ -236,6 +234,12 @@ pub(crate) fn no_call_running(server: &str) -> String {
          call it made to the server"
     )
 }
+
+/// The protocol version keel offers in `initialize`: the newest one that still has an
+/// `initialize` handshake. rmcp's `LATEST` (2026-07-28) dropped the handshake, so a client
+/// that names it in `initialize` offers something the server cannot answer in kind.
+pub(crate) const OFFERED_PROTOCOL_VERSION: ProtocolVersion =
+    ProtocolVersion::LATEST_WITH_INITIALIZE;
 
 /// What keel tells servers about itself: name, version, the offered protocol version, and
 /// form elicitation (answered by policy; never sampling or roots).
@@ -344,7 +348,7 @@ impl ClientHandler for KeelClient {
         };
         let offers_resources =
             context.peer.peer_info().is_some_and(|info| info.capabilities.resources.is_some());
-        let (tools, _, _) = crate::manager::build_tools(&server, &listed, offers_resources);
+        let (tools, _, _) = crate::tool::build_tools(&server, &listed, offers_resources);
         lists.set(*index, tools, true);
     }
 
@@ -443,5 +447,16 @@ mod tests {
         let info = client_info();
         assert!(info.capabilities.elicitation.as_ref().is_some_and(|e| e.form.is_some()));
         assert!(info.capabilities.sampling.is_none());
+    }
+
+    #[test]
+    fn keel_offers_the_newest_version_that_has_an_initialize_handshake() {
+        let newest = ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .filter(|version| version.has_initialize())
+            .max_by(|a, b| a.as_str().cmp(b.as_str()))
+            .unwrap();
+        assert_eq!(&OFFERED_PROTOCOL_VERSION, newest);
+        assert_eq!(client_info().protocol_version, OFFERED_PROTOCOL_VERSION);
     }
 }

@@ -19,7 +19,6 @@ use std::time::Duration;
 use keel_contracts::{Access, Egress};
 use serde::{Deserialize, Serialize};
 
-use crate::access::TransportKind;
 use crate::error::ConfigError;
 
 /// How long a server may take to start, initialize and list its tools, unless configured.
@@ -169,6 +168,16 @@ pub enum TransportSpec {
         /// The environment variable holding the bearer token, if any.
         bearer_token_env: Option<String>,
     },
+}
+
+/// Where a server runs, as far as its default effects go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportKind {
+    /// A local process started by keel (stdio).
+    Stdio,
+    /// A server reached by URL: whatever it is sent may leave the machine.
+    Remote,
 }
 
 impl TransportSpec {

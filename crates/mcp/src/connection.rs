@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
@@ -20,7 +19,8 @@ use crate::client::KeelClient;
 use crate::config::{HttpHeaders, ServerSpec, TransportSpec};
 use crate::error::ConnectError;
 use crate::http::KeelHttpClient;
-use crate::manager::StartOptions;
+use crate::options::StartOptions;
+use crate::secrets::Secrets;
 use crate::stdio::{self, ChildGuard, Launch, ServerLog};
 
 /// How long a crashed server is given to be reaped, to report its exit status.
@@ -281,44 +281,6 @@ fn refusal(
     Some(Refusal::Scope(if scope.trim().is_empty() { "unnamed scopes".to_owned() } else { scope }))
 }
 
-/// The user's secrets for one server, which the server's words (error text, results) are
-/// scrubbed of before they leave keel-mcp: its static header values, its bearer token and
-/// every OAuth token of its login seen in this process (a refresh adds the new ones).
-/// Shared by the server's connections and its credential store. `Debug` shows none.
-#[derive(Clone, Default)]
-pub(crate) struct Secrets(Arc<std::sync::Mutex<Vec<String>>>);
-
-impl std::fmt::Debug for Secrets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secrets(<redacted>)")
-    }
-}
-
-impl Secrets {
-    /// Adds `more` (empty strings are ignored).
-    pub(crate) fn add(&self, more: impl IntoIterator<Item = String>) {
-        let mut secrets = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for secret in more {
-            if !secret.is_empty() && !secrets.contains(&secret) {
-                secrets.push(secret);
-            }
-        }
-        // Longest first, so a secret that contains another is replaced whole.
-        secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
-    }
-
-    /// `text` with every secret replaced by `<redacted>`.
-    pub(crate) fn scrub(&self, mut text: String) -> String {
-        let secrets = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for secret in secrets.iter() {
-            if text.contains(secret.as_str()) {
-                text = text.replace(secret.as_str(), "<redacted>");
-            }
-        }
-        text
-    }
-}
-
 /// The configured headers as reqwest's types (validated with the config already).
 fn header_map(headers: &HttpHeaders) -> Result<HashMap<HeaderName, HeaderValue>, ConnectError> {
     let mut map = HashMap::new();
@@ -373,37 +335,5 @@ fn describe(error: &ClientInitializeError) -> String {
             message
         }
         other => other.to_string(),
-    }
-}
-
-/// The protocol version keel offers in `initialize`: the newest one that still has an
-/// `initialize` handshake. rmcp's `LATEST` (2026-07-28) dropped the handshake, so a client
-/// that names it in `initialize` offers something the server cannot answer in kind.
-pub(crate) const OFFERED_PROTOCOL_VERSION: ProtocolVersion =
-    ProtocolVersion::LATEST_WITH_INITIALIZE;
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_users_secrets_are_redacted_from_error_text() {
-        let secrets = super::Secrets::default();
-        secrets.add(["t0ken".to_owned(), String::new(), "hdr".to_owned()]);
-        secrets.add(["t0ken-longer".to_owned(), "t0ken".to_owned()]);
-        let text = secrets.scrub("bad token: Bearer t0ken key=hdr t0ken-longer".to_owned());
-        assert_eq!(text, "bad token: Bearer <redacted> key=<redacted> <redacted>");
-        assert_eq!(format!("{secrets:?}"), "Secrets(<redacted>)");
-    }
-
-    use super::*;
-
-    #[test]
-    fn keel_offers_the_newest_version_that_has_an_initialize_handshake() {
-        let newest = ProtocolVersion::KNOWN_VERSIONS
-            .iter()
-            .filter(|version| version.has_initialize())
-            .max_by(|a, b| a.as_str().cmp(b.as_str()))
-            .unwrap();
-        assert_eq!(&OFFERED_PROTOCOL_VERSION, newest);
-        assert_eq!(crate::client::client_info().protocol_version, OFFERED_PROTOCOL_VERSION);
     }
 }

@@ -1,7 +1,12 @@
-//! Errors of keel-mcp: configuration validation ([`ConfigError`]) and server start-up
-//! ([`ConnectError`]). Tool calls never return `Err`: their failures are `error` results.
+//! Errors of keel-mcp: configuration validation ([`ConfigError`]), server start-up
+//! ([`ConnectError`]) and OAuth logins ([`OAuthError`], public as
+//! `keel_mcp::oauth::OAuthError`). Tool calls never return `Err`: their failures are `error`
+//! results.
 
+use std::path::PathBuf;
 use std::time::Duration;
+
+use rmcp::transport::auth::AuthError;
 
 /// A `[mcp_servers.NAME]` table that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -198,4 +203,103 @@ pub enum ConnectError {
 
 fn tail(lines: &[String]) -> String {
     if lines.is_empty() { String::new() } else { format!("; stderr: {}", lines.join(" | ")) }
+}
+
+/// Why a login, or the use of a stored one, failed. The text never holds a token.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OAuthError {
+    /// The server is not a URL server.
+    #[error("mcp server '{server}' is not a URL server; OAuth applies to `url` servers only")]
+    NotHttp {
+        /// The server's name.
+        server: String,
+    },
+    /// The server's table came from a workspace file.
+    #[error(
+        "mcp server '{server}' comes from a workspace config; keel logs in only to servers of \
+         your own config"
+    )]
+    FromWorkspace {
+        /// The server's name.
+        server: String,
+    },
+    /// The server URL does not parse.
+    #[error("the server URL '{url}' is not a valid URL")]
+    InvalidUrl {
+        /// The URL as configured.
+        url: String,
+    },
+    /// The server could not be reached, or answered something other than 401/403/2xx.
+    #[error("cannot ask the server for its authorization requirements: {message}")]
+    Probe {
+        /// Why.
+        message: String,
+    },
+    /// The server answered without asking for authorization.
+    #[error(
+        "the server did not ask for authorization (HTTP {status}); there is nothing to log in to"
+    )]
+    NotRequired {
+        /// The status it answered with.
+        status: u16,
+    },
+    /// Discovery or the OAuth exchange failed (rmcp's reason: a resource metadata
+    /// `resource` that does not name this server, an issuer mismatch, ...).
+    #[error("{0}")]
+    Auth(String),
+    /// The server publishes no authorization metadata; keel does not guess endpoints.
+    #[error(
+        "the server publishes no OAuth metadata (no protected resource or authorization server \
+         metadata was found); keel does not guess authorization endpoints"
+    )]
+    NoMetadata,
+    /// The authorization server does not advertise PKCE with S256.
+    #[error(
+        "the authorization server does not advertise PKCE with S256 \
+         (code_challenge_methods_supported); keel refuses to log in without it"
+    )]
+    PkceUnsupported,
+    /// An endpoint is not `https://` (and not on loopback with a loopback server).
+    #[error(
+        "the authorization server's {endpoint} '{url}' is not https://; keel sends credentials \
+         over plain HTTP only between loopback addresses"
+    )]
+    InsecureEndpoint {
+        /// Which endpoint (`authorization_endpoint`, ...).
+        endpoint: &'static str,
+        /// Its URL.
+        url: String,
+    },
+    /// No way to get a client ID.
+    #[error(
+        "the authorization server offers no dynamic client registration; register a client \
+         with it and set `oauth_client_id` (and `oauth_client_secret_env`) for this server in \
+         your own config"
+    )]
+    NoRegistration,
+    /// The browser step failed.
+    #[error("the browser step failed: {0}")]
+    Browser(String),
+    /// The redirect brought an error or could not be read.
+    #[error("the authorization did not complete: {0}")]
+    Callback(String),
+    /// The user did not finish in time.
+    #[error("no redirect arrived within {} s; run the login again", .0.as_secs())]
+    Timeout(Duration),
+    /// The token file could not be read or written.
+    #[error("token file {path}: {message}")]
+    Store {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+impl OAuthError {
+    /// rmcp's `AuthError` as [`OAuthError::Auth`], by its text.
+    pub(crate) fn auth(error: &AuthError) -> OAuthError {
+        OAuthError::Auth(error.to_string())
+    }
 }

@@ -53,20 +53,23 @@ mod http;
 mod manager;
 mod naming;
 pub mod oauth;
+mod options;
 mod result;
+mod secrets;
+mod server;
+mod status;
 mod stdio;
 mod tool;
 
-pub use access::{AccessSource, DeclaredAccess, TransportKind, declare_access};
+pub use access::{AccessSource, DeclaredAccess, declare_access};
 pub use client::{Elicitation, ElicitationPolicy};
 pub use config::{
     DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, HttpHeaders, MAX_SERVER_NAME_LEN,
-    McpServerConfig, OAuthClientSpec, ServerSpec, ToolDeclaration, TransportSpec,
+    McpServerConfig, OAuthClientSpec, ServerSpec, ToolDeclaration, TransportKind, TransportSpec,
 };
 pub use error::{ConfigError, ConnectError};
-pub use manager::{
-    BearerTokens, INHERITED_ENV_VARS, McpServers, McpToolInfo, ServerState, ServerStatus,
-    StartOptions,
-};
+pub use manager::McpServers;
 pub use naming::{MAX_TOOL_NAME_LEN, keel_tool_name};
+pub use options::{BearerTokens, INHERITED_ENV_VARS, StartOptions};
+pub use status::{McpToolInfo, ServerState, ServerStatus};
 pub use tool::McpTool;

@@ -16,7 +16,7 @@
 //! - An aborted or truncated stream, or one carrying an `error` event, is an error, never a
 //!   success (DESIGN.md §3 step 2); an in-stream `overloaded_error` is retried like a 529.
 //! - Usage: thinking is counted inside `output_tokens` and `reasoning_tokens` is `None`
-//!   (see `assemble::usage_from_wire`); the `usage` objects of `message_start` and
+//!   (see `assemble::finish::usage_from_wire`); the `usage` objects of `message_start` and
 //!   `message_delta` are kept as `raw_usage`.
 //! - Adjacent text blocks are joined as sent; a `message_start` for another message
 //!   before `message_stop` is a spliced stream (an error, see `assemble`).

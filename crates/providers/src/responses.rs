@@ -16,7 +16,7 @@
 //!   [`ReasoningPart::redacted`](keel_contracts::ReasoningPart::redacted).
 //! - Usage: `output_tokens` excludes `reasoning_tokens`; whether the server counted
 //!   reasoning inside its `output_tokens` is decided from `total_tokens` (see
-//!   `assemble::usage_from_wire`); the server's own `usage` is kept as `raw_usage`.
+//!   `assemble::finish::usage_from_wire`); the server's own `usage` is kept as `raw_usage`.
 //! - A call item of a kind keel never declares is a refused tool call, never an empty
 //!   answer; events keel ignores never fail a response (see `assemble`).
 //! - An aborted or truncated stream, `response.failed` or an `error` event is an error,

@@ -5,9 +5,7 @@
 use keel_contracts::{Access, Egress, requires_consent};
 use keel_mcp::{AccessSource, McpToolInfo, ServerState};
 
-use super::everything::everything_stdio;
-use super::http::HttpEverything;
-use super::support::{Scratch, tool};
+use super::support::{HttpEverything, Scratch, everything_stdio, tool};
 
 fn find<'a>(tools: &'a [McpToolInfo], server_tool: &str) -> &'a McpToolInfo {
     tools.iter().find(|tool| tool.server_tool == server_tool).unwrap()

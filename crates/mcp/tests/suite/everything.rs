@@ -5,14 +5,7 @@ use std::time::{Duration, Instant};
 use keel_contracts::{Access, Outcome};
 use keel_mcp::ServerState;
 
-use super::support::{Scratch, call, names, quoted, server_js, unfence};
-
-pub(crate) fn everything_stdio(extra: &str) -> String {
-    format!(
-        "command = \"node\"\nargs = [{}, \"stdio\"]\n{extra}",
-        quoted(&server_js("server-everything"))
-    )
-}
+use super::support::{Scratch, call, everything_stdio, names, server_js, unfence};
 
 #[tokio::test]
 async fn stdio_server_everything_lists_tools_and_answers_echo_and_get_sum() {

@@ -1,69 +1,12 @@
 //! npm's server-everything over streamable HTTP on a loopback port.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::{Ipv4Addr, TcpListener};
 use std::time::{Duration, Instant};
 
 use keel_contracts::{Access, Egress, Outcome};
 use keel_mcp::{AccessSource, McpServers, ServerState};
 
-use super::support::{Scratch, call, names, server_js, unfence};
-
-/// server-everything in streamable HTTP mode on a free loopback port; killed on drop.
-/// It listens on every interface; the tests only ever talk to 127.0.0.1.
-pub(crate) struct HttpEverything {
-    child: Child,
-    pub(crate) port: u16,
-}
-
-impl HttpEverything {
-    pub(crate) fn start() -> HttpEverything {
-        let port =
-            TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap().local_addr().unwrap().port();
-        HttpEverything::start_on(port)
-    }
-
-    /// On `port` (e.g. again after [`HttpEverything::stop`]).
-    pub(crate) fn start_on(port: u16) -> HttpEverything {
-        let child = Command::new("node")
-            .arg(server_js("server-everything"))
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let server = HttpEverything { child, port };
-        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let started = Instant::now();
-        while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "server-everything did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        server
-    }
-
-    /// Kills the server and waits for it to exit.
-    pub(crate) fn stop(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    pub(crate) fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-}
-
-impl Drop for HttpEverything {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use super::support::{HttpEverything, Scratch, call, names, unfence};
 
 #[tokio::test]
 async fn streamable_http_server_everything_lists_tools_and_answers_echo() {

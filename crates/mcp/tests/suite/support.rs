@@ -1,7 +1,12 @@
-//! Finding the test servers, starting them through [`McpServers`], calling their tools.
+//! Finding the test servers, starting them through [`McpServers`] (server-everything over
+//! stdio with [`everything_stdio`], over streamable HTTP with [`HttpEverything`]), calling
+//! their tools.
 
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use keel_contracts::{SandboxMode, SessionId, Tool, ToolCallId, ToolContext, ToolOutput};
 use keel_mcp::{INHERITED_ENV_VARS, McpServerConfig, McpServers, ServerSpec, StartOptions};
@@ -37,6 +42,70 @@ pub(crate) fn server_js(name: &str) -> String {
 /// The fake stdio server script.
 pub(crate) fn fake_server() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/fake_server.py").display().to_string()
+}
+
+/// server-everything over stdio, with `extra` lines in its table.
+pub(crate) fn everything_stdio(extra: &str) -> String {
+    format!(
+        "command = \"node\"\nargs = [{}, \"stdio\"]\n{extra}",
+        quoted(&server_js("server-everything"))
+    )
+}
+
+/// server-everything in streamable HTTP mode on a free loopback port; killed on drop.
+/// It listens on every interface; the tests only ever talk to 127.0.0.1.
+pub(crate) struct HttpEverything {
+    child: Child,
+    pub(crate) port: u16,
+}
+
+impl HttpEverything {
+    pub(crate) fn start() -> HttpEverything {
+        let port =
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap().local_addr().unwrap().port();
+        HttpEverything::start_on(port)
+    }
+
+    /// On `port` (e.g. again after [`HttpEverything::stop`]).
+    pub(crate) fn start_on(port: u16) -> HttpEverything {
+        let child = Command::new("node")
+            .arg(server_js("server-everything"))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = HttpEverything { child, port };
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let started = Instant::now();
+        while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "server-everything did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+
+    /// Kills the server and waits for it to exit.
+    pub(crate) fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+impl Drop for HttpEverything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A scratch workspace with a `logs` folder beside it.

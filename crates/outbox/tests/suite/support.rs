@@ -1,4 +1,9 @@
-//! A ledger to mirror: sessions of simple events in a `MemStore`, and a fast mirror config.
+//! A ledger to mirror: sessions of simple events in a `MemStore`, and a fast mirror config;
+//! for the `otlp` sink, a loopback collector (`collector`) and GenAI-shaped ledgers
+//! (`ledger`).
+
+pub(crate) mod collector;
+pub(crate) mod ledger;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 use keel_contracts::{FinishReason, ModelErrorKind, ModelResponse, StreamDelta};
 use serde_json::Value;
 
-use super::harness::{Replay, recording, replay_anthropic};
+use super::harness::{Replay, live_text, recording, replay_anthropic};
 
 /// The JSON payloads of the `data:` lines of a recorded SSE body, in order.
 fn data_payloads(case: &str) -> Vec<Value> {
@@ -106,14 +106,7 @@ fn check_ok(replay: &Replay) -> &ModelResponse {
         (Some(_), Some(_)) => unreachable!("no recording has both"),
     }
 
-    let live_text: String = replay
-        .deltas
-        .iter()
-        .filter_map(|delta| match delta {
-            StreamDelta::Text(text) => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let live_text = live_text(&replay.deltas);
     assert_eq!(live_text, response.text, "{case}: live text");
     let live_reasoning: String = replay
         .deltas

@@ -7,24 +7,9 @@ use keel_contracts::{
 use keel_providers::AnthropicMessages;
 use serde_json::{Value, json};
 
-use super::harness::{MockServer, Reply, TEST_KEY, complete, model_request, recording};
-
-/// A short complete Messages stream that says `text`.
-fn text_stream(text: &str) -> String {
-    let events = [
-        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
-            "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
-        json!({"type": "message_stop"}),
-    ];
-    events
-        .iter()
-        .map(|event| format!("event: {}\ndata: {event}\n\n", event["type"].as_str().unwrap()))
-        .collect()
-}
+use super::harness::{
+    MockServer, Reply, TEST_KEY, anthropic_text_stream, complete, model_request, recording,
+};
 
 fn tool(name: &str) -> ToolDefinition {
     ToolDefinition {
@@ -49,7 +34,7 @@ fn result(id: &str, name: &str, outcome: Outcome, content: &str) -> Message {
 
 /// Sends `request` to a fresh server and returns the body it received.
 async fn sent_body(request: &ModelRequest) -> Value {
-    let server = MockServer::start(vec![Reply::sse(text_stream("ok"))]).await;
+    let server = MockServer::start(vec![Reply::sse(anthropic_text_stream("ok"))]).await;
     let (result, _) = complete(&server.anthropic_client(), request).await;
     assert_eq!(result.unwrap().text, "ok");
     server.received()[0].body.clone()
@@ -146,8 +131,11 @@ async fn issue_b06_thinking_from_stream_17_is_replayed_byte_exact_with_its_tool_
     // Turn 1: the recorded stream (thinking deltas, an empty thinking delta, the signature,
     // then a tool_use with no input).
     let recorded = recording("17-anthropic-stream-thinking-then-tool-use-no-args");
-    let server =
-        MockServer::start(vec![Reply::recorded(&recorded), Reply::sse(text_stream("v1"))]).await;
+    let server = MockServer::start(vec![
+        Reply::recorded(&recorded),
+        Reply::sse(anthropic_text_stream("v1")),
+    ])
+    .await;
     let client = server.anthropic_client();
     let user = Message::User { text: "Use the fixed_version tool.".into() };
     let first =
@@ -250,8 +238,11 @@ async fn issue_b06_empty_or_unsigned_thinking_from_an_old_log_is_dropped_not_the
 #[tokio::test]
 async fn redacted_thinking_from_stream_21_is_replayed_unchanged() {
     let recorded = recording("21-anthropic-stream-redacted-thinking");
-    let server =
-        MockServer::start(vec![Reply::recorded(&recorded), Reply::sse(text_stream("ok"))]).await;
+    let server = MockServer::start(vec![
+        Reply::recorded(&recorded),
+        Reply::sse(anthropic_text_stream("ok")),
+    ])
+    .await;
     let client = server.anthropic_client();
     let user = Message::User { text: "hi".into() };
     let (response, _) =
@@ -282,7 +273,7 @@ async fn redacted_thinking_from_stream_21_is_replayed_unchanged() {
 
 #[tokio::test]
 async fn thinking_config_and_max_tokens_are_sent_when_configured() {
-    let server = MockServer::start(vec![Reply::sse(text_stream("ok"))]).await;
+    let server = MockServer::start(vec![Reply::sse(anthropic_text_stream("ok"))]).await;
     let mut config = server.anthropic_config();
     config.max_tokens = 16000;
     config.thinking_budget_tokens = Some(4096);

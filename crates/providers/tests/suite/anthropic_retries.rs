@@ -8,11 +8,11 @@
 use std::time::Duration;
 
 use keel_contracts::ModelErrorKind;
-use keel_providers::{AnthropicMessages, RetryPolicy};
+use keel_providers::AnthropicMessages;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::harness::{MockServer, Reply, TEST_KEY, complete, simple_request};
+use super::harness::{MockServer, Reply, TEST_KEY, complete, measurable_retry, simple_request};
 
 fn error_body(error_type: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": error_type, "message": message},
@@ -49,12 +49,7 @@ fn success() -> Reply {
 /// `retry-after` capped at 3 s.
 fn slow_client(server: &MockServer) -> AnthropicMessages {
     let mut config = server.anthropic_config();
-    config.retry = RetryPolicy {
-        max_retries: 3,
-        initial_backoff: Duration::from_millis(100),
-        max_backoff: Duration::from_millis(800),
-        max_retry_after: Duration::from_secs(3),
-    };
+    config.retry = measurable_retry();
     AnthropicMessages::new(config).unwrap()
 }
 

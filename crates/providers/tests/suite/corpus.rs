@@ -20,7 +20,7 @@ use std::path::Path;
 use keel_contracts::{FinishReason, ModelClient, ModelErrorKind, StreamDelta};
 use serde_json::{Value, json};
 
-use super::harness::{MockServer, Reply, complete, fixture_path, simple_request};
+use super::harness::{MockServer, Reply, complete, fixture_path, live_text, simple_request};
 
 /// One row of `manifest.jsonl`.
 #[derive(Debug, Clone)]
@@ -547,14 +547,7 @@ fn check(row: &Row, want: &Expectation, outcome: &Outcome) {
                 })
                 .collect();
             assert_eq!(Value::Array(calls), parse["tool_calls"], "{file} ({why}): tool calls");
-            let live: String = outcome
-                .deltas
-                .iter()
-                .filter_map(|delta| match delta {
-                    StreamDelta::Text(text) => Some(text.as_str()),
-                    _ => None,
-                })
-                .collect();
+            let live = live_text(&outcome.deltas);
             if want.live_is_text {
                 assert_eq!(live, response.text, "{file}: live text adds up to the text");
             }

@@ -19,7 +19,7 @@ use keel_contracts::{
 use keel_providers::{
     AnthropicConfig, AnthropicMessages, OpenAiChat, OpenAiConfig, OpenAiResponses, RetryPolicy,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The API key every test client sends unless a test sets another.
 pub(crate) const TEST_KEY: &str = "sk-test-0123456789";
@@ -396,6 +396,45 @@ pub(crate) fn text_stream(text: &str) -> String {
     body
 }
 
+/// A short complete Messages API stream that says `text`, with `event:` names.
+pub(crate) fn anthropic_text_stream(text: &str) -> String {
+    let events = [
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+            "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
+        json!({"type": "message_stop"}),
+    ];
+    events
+        .iter()
+        .map(|event| format!("event: {}\ndata: {event}\n\n", event["type"].as_str().unwrap()))
+        .collect()
+}
+
+/// The text the deltas showed live, in order.
+pub(crate) fn live_text(deltas: &[StreamDelta]) -> String {
+    deltas
+        .iter()
+        .filter_map(|delta| match delta {
+            StreamDelta::Text(text) => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A backoff long enough to measure: 100 ms, doubling, at most 800 ms; `Retry-After`
+/// capped at 3 s; three retries.
+pub(crate) fn measurable_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 3,
+        initial_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_millis(800),
+        max_retry_after: Duration::from_secs(3),
+    }
+}
+
 /// A request built through serde, so that fields the tests do not name keep their
 /// defaults; `responses_in_session` counts the assistant messages.
 pub(crate) fn model_request(
@@ -551,14 +590,7 @@ impl Replay {
         }
 
         // What was streamed live adds up to what was returned.
-        let live_text: String = self
-            .deltas
-            .iter()
-            .filter_map(|delta| match delta {
-                StreamDelta::Text(text) => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
+        let live_text = live_text(&self.deltas);
         assert_eq!(live_text, response.text, "{case}: live text");
         let live_calls = self
             .deltas

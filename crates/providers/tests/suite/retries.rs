@@ -11,22 +11,19 @@
 use std::time::Duration;
 
 use keel_contracts::{ModelErrorKind, StreamDelta};
-use keel_providers::{OpenAiChat, OpenAiConfig, RetryPolicy};
+use keel_providers::{OpenAiChat, OpenAiConfig};
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::harness::{MockServer, Reply, TEST_KEY, complete, simple_request, text_stream};
+use super::harness::{
+    MockServer, Reply, TEST_KEY, complete, measurable_retry, simple_request, text_stream,
+};
 
 /// A client whose backoff is long enough to measure: 100 ms, doubling, at most 800 ms;
 /// `Retry-After` capped at 3 s.
 fn slow_client(server: &MockServer, adjust: impl FnOnce(&mut OpenAiConfig)) -> OpenAiChat {
     let mut config = server.config();
-    config.retry = RetryPolicy {
-        max_retries: 3,
-        initial_backoff: Duration::from_millis(100),
-        max_backoff: Duration::from_millis(800),
-        max_retry_after: Duration::from_secs(3),
-    };
+    config.retry = measurable_retry();
     adjust(&mut config);
     OpenAiChat::new(config).unwrap()
 }

@@ -11,24 +11,9 @@ use keel_contracts::{
 use serde_json::{Value, json};
 
 use super::harness::{
-    MockServer, Reply, TEST_KEY, ToolRules, complete, model_request, text_stream,
+    MockServer, Reply, TEST_KEY, ToolRules, anthropic_text_stream, complete, model_request,
+    text_stream,
 };
-
-/// A complete Messages API stream that says `text`.
-fn anthropic_stream(text: &str) -> String {
-    [
-        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
-            "role": "assistant", "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
-        json!({"type": "message_stop"}),
-    ]
-    .iter()
-    .map(|event| format!("event: {}\ndata: {event}\n\n", event["type"].as_str().unwrap()))
-    .collect()
-}
 
 /// A complete Responses API stream that says `text`.
 fn responses_stream(text: &str) -> String {
@@ -120,7 +105,7 @@ impl Wire {
             Wire::Messages => {
                 MockServer::enforcing(
                     ToolRules::Messages,
-                    vec![Reply::sse(anthropic_stream("Report."))],
+                    vec![Reply::sse(anthropic_text_stream("Report."))],
                 )
                 .await
             }
