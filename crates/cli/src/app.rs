@@ -12,7 +12,8 @@ use keel_host::approval::TerminalPrompt;
 use keel_host::root::{self, Assembly, RunSettings, SessionFacts};
 use keel_kernel::{Cancellation, PermissionHook, SessionConfig};
 
-pub(crate) use keel_host::root::{canonical_workspace, open_store, usage};
+pub(crate) use keel_host::error::usage;
+pub(crate) use keel_host::root::{canonical_workspace, open_store};
 
 use crate::args::{ApprovalArg, Cli, Command, Groups, McpCommand, ModeArg, RunOptions, SandboxArg};
 use crate::config;
@@ -35,7 +36,7 @@ pub(crate) async fn main(cli: Cli) -> u8 {
         Err(error) => {
             // Error chains may carry outside text (a provider's or server's message).
             eprintln!("keel: {}", crate::terminal::neutralize(&format!("{error:#}")));
-            if root::is_usage(&error) { exit::USAGE } else { exit::FAILED }
+            if keel_host::error::is_usage(&error) { exit::USAGE } else { exit::FAILED }
         }
     }
 }
@@ -123,7 +124,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             max_body_bytes,
         } => {
             let duration = |flag: &str, text: &str| {
-                root::parse_duration(text).ok_or_else(|| {
+                keel_host::duration::parse_duration(text).ok_or_else(|| {
                     usage(format!("{flag}: give a positive time with its unit, such as 90s or 10m"))
                 })
             };
@@ -147,12 +148,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
 /// `keel acp`: the ACP agent on stdio (the workspace is each session's cwd; it takes no
 /// `-C` and no output flags, stdout being the protocol's).
 async fn acp(permission_timeout: &str, options: &RunOptions) -> anyhow::Result<u8> {
-    let permission_timeout = root::parse_duration(permission_timeout).ok_or_else(|| {
-        usage(format!(
-            "invalid --permission-timeout '{permission_timeout}': give a positive time with \
+    let permission_timeout =
+        keel_host::duration::parse_duration(permission_timeout).ok_or_else(|| {
+            usage(format!(
+                "invalid --permission-timeout '{permission_timeout}': give a positive time with \
              its unit, such as 90s or 5m"
-        ))
-    })?;
+            ))
+        })?;
     keel_host::acp::serve(keel_host::acp::AcpOptions {
         settings: settings(options),
         permission_timeout,
@@ -414,7 +416,7 @@ async fn wake(wake_id: &str, payload: Option<String>, options: RunOptions) -> an
     let started_at = keel_contracts::Clock::now(&SystemClock);
     // Checked before the wake is claimed: a bad flag must not use the wake up.
     if let Some(text) = &options.max_time {
-        root::parse_max_time("--max-time", text)?;
+        keel_host::duration::parse_max_time("--max-time", text)?;
     }
     let (home, store, schedules) = root::open_stores().await?;
     let session_id = keel_kernel::wake_session(wake_id)

@@ -68,7 +68,7 @@ pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
                 "allow" => Overlap::Allow,
                 other => return Err(usage(format!("--overlap {other:?}: skip, buffer or allow"))),
             };
-            let catch_up = keel_host::root::parse_duration(&catch_up).ok_or_else(|| {
+            let catch_up = keel_host::duration::parse_duration(&catch_up).ok_or_else(|| {
                 usage("--catch-up: a duration such as 5m, at most 876000h (100 years)")
             })?;
             let spec = ScheduleSpec {

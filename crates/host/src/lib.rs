@@ -16,7 +16,9 @@
 pub mod acp;
 pub mod approval;
 pub mod config;
+pub mod duration;
 pub mod elicit;
+pub mod error;
 pub mod failpoints;
 pub mod instructions;
 pub mod mcp;

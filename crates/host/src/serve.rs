@@ -99,7 +99,7 @@ impl ServeConfig {
 /// the next start.
 pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
     if !config.listen.ip().is_loopback() && !config.allow_remote {
-        return Err(root::usage(format!(
+        return Err(crate::error::usage(format!(
             "refusing to listen on {}: it is not a loopback address; pass --allow-remote to \
              serve other machines (anyone who can reach it and has the token drives agents)",
             config.listen
@@ -107,18 +107,18 @@ pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
     }
     let mut roots = Vec::new();
     for dir in &config.workspace_roots {
-        let canonical = dir
-            .canonicalize()
-            .map_err(|error| root::usage(format!("workspace root {}: {error}", dir.display())))?;
+        let canonical = dir.canonicalize().map_err(|error| {
+            crate::error::usage(format!("workspace root {}: {error}", dir.display()))
+        })?;
         roots.push(canonical);
     }
     config.workspace_roots = roots;
     let (home, store, schedule_store) = root::open_stores().await?;
     let token = token::load(&home)?;
     let host = Arc::new(state::Host::new(store, home, config.clone()));
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|error| root::usage(format!("cannot listen on {}: {error}", config.listen)))?;
+    let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|error| {
+        crate::error::usage(format!("cannot listen on {}: {error}", config.listen))
+    })?;
     let address = listener.local_addr()?;
     let web = Arc::new(web::WebAuth::default());
     let login = web.mint(None)?;
@@ -181,18 +181,6 @@ pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     }
     let port: u16 = port.parse().map_err(|_| invalid())?;
     Ok(SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port)))
-}
-
-/// `90s`, `10m`, `1500ms`: a duration as its most natural unit.
-pub(crate) fn human_duration(duration: Duration) -> String {
-    let ms = duration.as_millis();
-    if ms.is_multiple_of(60_000) && ms > 0 {
-        format!("{}m", ms / 60_000)
-    } else if ms.is_multiple_of(1000) {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
-    }
 }
 
 #[cfg(test)]

@@ -290,7 +290,7 @@ fn internal(message: impl std::fmt::Display) -> agent_client_protocol::Error {
 fn root_error(error: &anyhow::Error) -> agent_client_protocol::Error {
     let text = format!("{error:#}");
     let text = crate::terminal::neutralize(&text).into_owned();
-    if root::is_usage(error) { invalid_params(text) } else { internal(text) }
+    if crate::error::is_usage(error) { invalid_params(text) } else { internal(text) }
 }
 
 impl AcpAgent {

@@ -120,7 +120,7 @@ impl ApiError {
 
     /// A composition-root error: a usage error is the client's (400), the rest ours.
     pub(crate) fn from_root(error: anyhow::Error) -> ApiError {
-        if root::is_usage(&error) {
+        if crate::error::is_usage(&error) {
             ApiError::bad_request(format!("{error:#}"))
         } else {
             ApiError::internal(format!("{error:#}"))

@@ -161,7 +161,7 @@ async fn produce(
         *reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(format!(
             "slow client: no event taken for {}, so the host dropped the stream; reconnect \
              with Last-Event-ID to continue",
-            super::human_duration(stall)
+            crate::duration::human_duration(stall)
         ));
     }
 }

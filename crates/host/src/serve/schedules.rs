@@ -344,7 +344,7 @@ async fn spec_of(host: &Host, body: ScheduleBody) -> Result<ScheduleSpec, ApiErr
         _ => return Err(ApiError::bad_request("give exactly one of session_id and workspace")),
     };
     let catch_up = match &body.catch_up {
-        Some(text) => root::parse_duration(text).ok_or_else(|| {
+        Some(text) => crate::duration::parse_duration(text).ok_or_else(|| {
             ApiError::bad_request(
                 "\"catch_up\": a duration such as 5m, at most 876000h (100 years)",
             )
