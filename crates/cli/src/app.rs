@@ -133,13 +133,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             } else {
                 workspace_roots
             };
-            let mut config = keel_host::serve::ServeConfig::new(listen, roots);
+            let mut config = keel_serve::ServeConfig::new(listen, roots);
             config.allow_remote = allow_remote;
             config.max_runs = max_runs.max(1);
             config.approval_timeout = duration("--approval-timeout", &approval_timeout)?;
             config.ping_interval = duration("--ping-interval", &ping_interval)?;
             config.max_body_bytes = max_body_bytes;
-            keel_host::serve::serve(config).await?;
+            keel_serve::serve(config).await?;
             Ok(exit::COMPLETED)
         }
     }
@@ -155,11 +155,8 @@ async fn acp(permission_timeout: &str, options: &RunOptions) -> anyhow::Result<u
              its unit, such as 90s or 5m"
             ))
         })?;
-    keel_host::acp::serve(keel_host::acp::AcpOptions {
-        settings: settings(options),
-        permission_timeout,
-    })
-    .await?;
+    keel_acp::serve(keel_acp::AcpOptions { settings: settings(options), permission_timeout })
+        .await?;
     Ok(exit::COMPLETED)
 }
 

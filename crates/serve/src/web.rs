@@ -7,7 +7,7 @@
 //! - **Ledger text is data.** Everything the ledger holds (model text, tool output, file
 //!   names, arguments, call ids) was written by a model or a repository and may be
 //!   hostile: it is HTML-escaped and its control characters made visible
-//!   ([`crate::terminal::neutralize`]) before it is put in a page; the JS only inserts
+//!   ([`keel_host::terminal::neutralize`]) before it is put in a page; the JS only inserts
 //!   what the server rendered. A Content-Security-Policy without inline script is the
 //!   second wall.
 //! - **Login is one use.** `keel serve` prints `/login?token=…`; the first request with
@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 
 use super::api::{ApiError, AppState};
 use super::ledger;
-use crate::terminal::neutralize;
+use keel_host::terminal::neutralize;
 
 /// The cookie that carries a logged-in browser.
 const COOKIE: &str = "keel_web";
@@ -490,7 +490,7 @@ fn clip(raw: &str, max_chars: usize) -> String {
 }
 
 fn one_line_clip(raw: &str, max_chars: usize) -> String {
-    crate::terminal::one_line(raw, max_chars)
+    keel_host::terminal::one_line(raw, max_chars)
 }
 
 fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {

@@ -15,7 +15,7 @@ use super::ServeConfig;
 use super::api::ApiError;
 use super::approvals::{Approvals, RemotePerson};
 use super::ledger;
-use crate::root::{self, RunSettings, SessionFacts};
+use keel_host::root::{self, RunSettings, SessionFacts};
 
 /// Per-session wake-ups: the seq last recorded by a run of this host. Subscribers re-read
 /// the ledger when woken (and on a timer, for writes by other processes), so the channel

@@ -2,13 +2,13 @@
 //! agent"), with the official `agent-client-protocol` crate.
 //!
 //! - One identity: the ACP `sessionId` is the keel session id.
-//! - Each session is built by the composition root ([`crate::root::prepare`] and
-//!   [`crate::root::assemble`]) for its `cwd`, with workspace trust as everywhere; the
+//! - Each session is built by the composition root ([`keel_host::root::prepare`] and
+//!   [`keel_host::root::assemble`]) for its `cwd`, with workspace trust as everywhere; the
 //!   client's MCP servers join the config's as the user's own (the client is the user's
 //!   editor) and their calls are gated like any other.
 //! - Updates come from ledger events through [`render::Renderer`], the same projection
 //!   `session/load` replays.
-//! - Consent goes through [`crate::approval::Approver`]; the person it asks is the client
+//! - Consent goes through [`keel_host::approval::Approver`]; the person it asks is the client
 //!   ([`person::ClientPerson`], `session/request_permission`), with a bounded wait.
 //! - A client that disconnects mid-turn cancels the turn; the run is recorded as cancelled
 //!   before the process exits.
@@ -43,7 +43,7 @@ use keel_kernel::{
 };
 use tokio::task::JoinHandle;
 
-use crate::root::{self, Assembly, RunSettings, SessionFacts};
+use keel_host::root::{self, Assembly, RunSettings, SessionFacts};
 
 /// What `keel acp` was started with.
 #[derive(Debug, Clone)]
@@ -289,8 +289,8 @@ fn internal(message: impl std::fmt::Display) -> agent_client_protocol::Error {
 /// A root error: a usage error is the client's (invalid params), the rest keel's.
 fn root_error(error: &anyhow::Error) -> agent_client_protocol::Error {
     let text = format!("{error:#}");
-    let text = crate::terminal::neutralize(&text).into_owned();
-    if crate::error::is_usage(error) { invalid_params(text) } else { internal(text) }
+    let text = keel_host::terminal::neutralize(&text).into_owned();
+    if keel_host::error::is_usage(error) { invalid_params(text) } else { internal(text) }
 }
 
 impl AcpAgent {
@@ -315,7 +315,7 @@ impl AcpAgent {
         if !cwd.is_absolute() {
             return Err(invalid_params(format!(
                 "cwd must be an absolute path, not {}",
-                crate::terminal::one_line(&cwd.display().to_string(), 200)
+                keel_host::terminal::one_line(&cwd.display().to_string(), 200)
             )));
         }
         root::canonical_workspace(Some(cwd)).map_err(|error| root_error(&error))
@@ -631,7 +631,7 @@ fn ending() -> agent_client_protocol::Error {
 }
 
 fn one_line(text: &str) -> String {
-    crate::terminal::one_line(text, 200)
+    keel_host::terminal::one_line(text, 200)
 }
 
 impl Live {

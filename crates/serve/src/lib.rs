@@ -1,7 +1,7 @@
 //! `keel serve`: the host (DESIGN.md §9 "Host HTTP API").
 //!
 //! Many sessions over HTTP/SSE on the same composition root as `keel run`
-//! ([`crate::root`]). Invariants:
+//! ([`keel_host::root`]). Invariants:
 //! - **Events are the ledger.** The SSE stream reads the store; an id is a ledger seq.
 //! - **Approvals are ledger facts.** A hosted run's consent request is
 //!   `permission_requested`; it is answered over HTTP, by deny after `approval_timeout`, or
@@ -34,7 +34,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::root;
+use keel_host::root;
 
 /// The host's settings (`keel serve` flags).
 #[derive(Debug, Clone)]
@@ -99,7 +99,7 @@ impl ServeConfig {
 /// the next start.
 pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
     if !config.listen.ip().is_loopback() && !config.allow_remote {
-        return Err(crate::error::usage(format!(
+        return Err(keel_host::error::usage(format!(
             "refusing to listen on {}: it is not a loopback address; pass --allow-remote to \
              serve other machines (anyone who can reach it and has the token drives agents)",
             config.listen
@@ -108,7 +108,7 @@ pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
     let mut roots = Vec::new();
     for dir in &config.workspace_roots {
         let canonical = dir.canonicalize().map_err(|error| {
-            crate::error::usage(format!("workspace root {}: {error}", dir.display()))
+            keel_host::error::usage(format!("workspace root {}: {error}", dir.display()))
         })?;
         roots.push(canonical);
     }
@@ -117,7 +117,7 @@ pub async fn serve(mut config: ServeConfig) -> anyhow::Result<()> {
     let token = token::load(&home)?;
     let host = Arc::new(state::Host::new(store, home, config.clone()));
     let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|error| {
-        crate::error::usage(format!("cannot listen on {}: {error}", config.listen))
+        keel_host::error::usage(format!("cannot listen on {}: {error}", config.listen))
     })?;
     let address = listener.local_addr()?;
     let web = Arc::new(web::WebAuth::default());

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::api::{ApiError, AppState, Body, Params, session_id, visible_row};
 use super::state::Job;
-use crate::root::{self, RunSettings};
+use keel_host::root::{self, RunSettings};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -188,7 +188,7 @@ impl PermissionHook for RemotePerson {
                 "keel",
                 format!(
                     "approval_timeout: no answer within {}",
-                    crate::duration::human_duration(self.timeout)
+                    keel_host::duration::human_duration(self.timeout)
                 ),
             ),
         }
@@ -219,7 +219,7 @@ impl PermissionHook for RemotePerson {
                 PermissionAnswer::Deny,
                 format!(
                     "approval_timeout: no answer within {}",
-                    crate::duration::human_duration(self.timeout)
+                    keel_host::duration::human_duration(self.timeout)
                 ),
             ),
         }

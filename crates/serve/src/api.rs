@@ -19,7 +19,7 @@ use serde_json::json;
 use super::approvals::BY_REMOTE;
 use super::ledger;
 use super::state::{Host, Job};
-use crate::root::{self, RunSettings};
+use keel_host::root::{self, RunSettings};
 
 /// The shared state of every handler: the host and its token.
 #[derive(Clone)]
@@ -120,7 +120,7 @@ impl ApiError {
 
     /// A composition-root error: a usage error is the client's (400), the rest ours.
     pub(crate) fn from_root(error: anyhow::Error) -> ApiError {
-        if crate::error::is_usage(&error) {
+        if keel_host::error::is_usage(&error) {
             ApiError::bad_request(format!("{error:#}"))
         } else {
             ApiError::internal(format!("{error:#}"))
@@ -401,7 +401,7 @@ pub(crate) async fn new_session(
 /// Token counts include keel's estimates for responses whose usage the provider did not
 /// report: `estimated_tokens` of them, and `estimated` says whether any are.
 ///
-/// `state` is named as `keel sessions` names it ([`crate::root::shown_state`]): an open run
+/// `state` is named as `keel sessions` names it ([`keel_host::root::shown_state`]): an open run
 /// whose process is gone is `interrupted`, not `running`.
 async fn summary(host: &Host, row: &keel_contracts::SessionSummary) -> serde_json::Value {
     let usage = &row.usage;
@@ -427,7 +427,7 @@ async fn summary(host: &Host, row: &keel_contracts::SessionSummary) -> serde_jso
     })
 }
 
-/// The session's `state` as every listing names it ([`crate::root::shown_state`]): an open
+/// The session's `state` as every listing names it ([`keel_host::root::shown_state`]): an open
 /// run whose process is gone is `interrupted`, not `running`; a run this host drives is
 /// what its row says.
 ///
@@ -438,7 +438,7 @@ pub(crate) async fn shown_state(host: &Host, row: &keel_contracts::SessionSummar
     if host.is_active(row.id) {
         row.status.as_str()
     } else {
-        crate::root::shown_state(host.store.as_ref(), row).await
+        keel_host::root::shown_state(host.store.as_ref(), row).await
     }
 }
 

@@ -22,8 +22,8 @@ use serde_json::json;
 use super::api::{ApiError, AppState, Body, Params};
 use super::ledger;
 use super::state::{Host, Job};
-use crate::root::{self, RunSettings};
-use crate::schedule::{self, FireOutcome, Firer, ScheduleSpec, Target};
+use keel_host::root::{self, RunSettings};
+use keel_host::schedule::{self, FireOutcome, Firer, ScheduleSpec, Target};
 
 /// How often the scheduler ticks and waiting runs are checked.
 pub(crate) const TICK: Duration = Duration::from_millis(250);
@@ -253,7 +253,7 @@ async fn sweep_wakes(host: &Arc<Host>) {
 /// answers 409, which is fine: the wake is applied once, by whoever holds the lease).
 async fn apply(host: &Arc<Host>, stored: &WakeRow) {
     // Crash tests stop here: the wake is durable, its run not resumed yet.
-    crate::failpoints::host_point("wake_claimed").await;
+    keel_host::failpoints::host_point("wake_claimed").await;
     let job = Job::Wake(stored.wake_id.clone(), schedule::answer_of(stored));
     match host.start(stored.session_id, job, RunSettings::default()).await {
         Ok(_) => eprintln!("keel serve: woke session {} ({})", stored.session_id, stored.by),
@@ -331,7 +331,7 @@ async fn spec_of(host: &Host, body: ScheduleBody) -> Result<ScheduleSpec, ApiErr
                 .ok_or_else(|| ApiError::bad_request("a workspace template needs a model"))?;
             // The spec's shape and provider now, not at the first fire (no file is read
             // and no key looked for here).
-            crate::provider::check_model_spec(&model)
+            keel_host::provider::check_model_spec(&model)
                 .map_err(|error| ApiError::bad_request(format!("model: {error}")))?;
             Target::Template {
                 workspace: canonical.display().to_string(),
@@ -344,7 +344,7 @@ async fn spec_of(host: &Host, body: ScheduleBody) -> Result<ScheduleSpec, ApiErr
         _ => return Err(ApiError::bad_request("give exactly one of session_id and workspace")),
     };
     let catch_up = match &body.catch_up {
-        Some(text) => crate::duration::parse_duration(text).ok_or_else(|| {
+        Some(text) => keel_host::duration::parse_duration(text).ok_or_else(|| {
             ApiError::bad_request(
                 "\"catch_up\": a duration such as 5m, at most 876000h (100 years)",
             )
