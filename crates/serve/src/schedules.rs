@@ -15,15 +15,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, post};
 use chrono::{DateTime, Utc};
 use keel_contracts::{ApprovalMode, EventKind, RuntimeEvent, Seq, SessionId, SessionStatus, Store};
-use keel_store::{ScheduleRow, Schedules, WakeRow};
-use serde::Deserialize;
-use serde_json::json;
-
-use super::api::{ApiError, AppState, Body, Params};
-use super::ledger;
-use super::state::{Host, Job};
 use keel_host::root::{self, RunSettings};
 use keel_host::schedule::{self, FireOutcome, Firer, ScheduleSpec, Target};
+use keel_store::{ScheduleRow, Schedules, WakeRow};
+use serde_json::json;
+
+use crate::auth::AppState;
+use crate::error::ApiError;
+use crate::extract::{Body, Params};
+use crate::ledger;
+use crate::sessions::new_session;
+use crate::state::{Host, Job};
+use crate::wire::{ScheduleBody, WakeBody};
 
 /// How often the scheduler ticks and waiting runs are checked.
 pub(crate) const TICK: Duration = Duration::from_millis(250);
@@ -166,7 +169,7 @@ async fn create_session(
     let workspace = root::canonical_workspace(Some(&canonical)).map_err(ApiError::from_root)?;
     let settings =
         RunSettings { model: Some(model.to_owned()), approval: Some(approval), ..settings.clone() };
-    super::api::new_session(host, &workspace, &settings, approval).await
+    new_session(host, &workspace, &settings, approval).await
 }
 
 /// Appends `schedule_fired` to the session (no turn, no run), retrying when another
@@ -262,23 +265,6 @@ async fn apply(host: &Arc<Host>, stored: &WakeRow) {
             eprintln!("keel serve: cannot wake session {}: {}", stored.session_id, error.message)
         }
     }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ScheduleBody {
-    every: Option<String>,
-    cron: Option<String>,
-    tz: Option<String>,
-    session_id: Option<String>,
-    workspace: Option<String>,
-    model: Option<String>,
-    task: String,
-    approval: Option<ApprovalMode>,
-    max_steps: Option<u32>,
-    max_cost_usd: Option<f64>,
-    overlap: Option<schedule::Overlap>,
-    catch_up: Option<String>,
 }
 
 /// The spec a request asks for, checked against what this host admits.
@@ -419,13 +405,6 @@ async fn delete_schedule(
     }
     store.remove_schedule(id).await.map_err(ApiError::internal)?;
     Ok(axum::Json(json!({"schedule_id": id, "removed": true})).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WakeBody {
-    #[serde(default)]
-    payload: serde_json::Value,
 }
 
 fn wake_json(stored: &WakeRow) -> serde_json::Value {
