@@ -167,8 +167,8 @@ impl PermissionHook for ClientPerson {
         let call = ToolCallUpdate::new(
             request.call_id.as_str().to_owned(),
             ToolCallUpdateFields::new()
-                .title(super::render::title(request.tool, request.arguments))
-                .kind(super::render::kind_of(request.tool))
+                .title(crate::render::title(request.tool, request.arguments))
+                .kind(crate::render::kind_of(request.tool))
                 .raw_input(request.arguments.clone()),
         );
         let options = OPTIONS
