@@ -9,26 +9,15 @@ use keel_contracts::{
     ApprovalMode, EventKind, ExecutionMode, SandboxMode, SessionId, Store, SystemClock,
 };
 use keel_host::approval::TerminalPrompt;
-use keel_host::root::{self, Assembly, RunSettings, SessionFacts};
+use keel_host::error::usage;
+use keel_host::root::{self, Assembly, RunSettings, SessionFacts, canonical_workspace, open_store};
 use keel_kernel::{Cancellation, PermissionHook, SessionConfig};
-
-pub(crate) use keel_host::error::usage;
-pub(crate) use keel_host::root::{canonical_workspace, open_store};
 
 use crate::args::{ApprovalArg, Cli, Command, Groups, McpCommand, ModeArg, RunOptions, SandboxArg};
 use crate::config;
+use crate::exit;
 use crate::mcp;
 use crate::output::{self, Printer};
-
-/// Exit statuses (DESIGN.md §9).
-pub(crate) mod exit {
-    pub(crate) const COMPLETED: u8 = 0;
-    pub(crate) const FAILED: u8 = 1;
-    pub(crate) const USAGE: u8 = 2;
-    pub(crate) const SUSPENDED: u8 = 3;
-    pub(crate) const DENIED: u8 = 4;
-    pub(crate) const CANCELLED: u8 = 130;
-}
 
 pub(crate) async fn main(cli: Cli) -> u8 {
     match dispatch(cli).await {
@@ -302,13 +291,6 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-pub(crate) async fn resolve_session(
-    store: &Arc<dyn Store>,
-    prefix: &str,
-) -> anyhow::Result<SessionId> {
-    store.resolve_session(prefix).await.map_err(|error| usage(error.to_string()))
-}
-
 /// What `keel resume` and `keel compact` read before the kernel loads the session: its
 /// `session_created`, `session_sealed` and last `run_started` (for its budget), in seq
 /// order, through the store's kind index. Never the whole ledger: the kernel reads the
@@ -427,7 +409,7 @@ async fn wake(wake_id: &str, payload: Option<String>, options: RunOptions) -> an
             outln!(
                 "already woken ({}) at {}",
                 stored.by,
-                crate::output::to_the_second(&stored.received_at)
+                crate::trace::to_the_second(&stored.received_at)
             );
             return Ok(exit::COMPLETED);
         }

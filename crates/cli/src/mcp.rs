@@ -4,11 +4,13 @@
 use std::path::Path;
 
 use keel_contracts::Egress;
+use keel_host::error::usage;
 use keel_host::mcp::start;
+use keel_host::root::canonical_workspace;
 use keel_mcp::ServerState;
 
-use crate::app::{canonical_workspace, exit, usage};
 use crate::config;
+use crate::exit;
 
 /// The most tools one request may carry at the strictest provider keel talks to (OpenAI's
 /// APIs accept 128 function tools).

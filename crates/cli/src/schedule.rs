@@ -6,11 +6,13 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use keel_host::error::usage;
+use keel_host::root::canonical_workspace;
 use keel_host::schedule::{self, Overlap, ScheduleSpec, Target};
 use keel_store::{FireRow, ScheduleRow, Schedules};
 
-use crate::app::{canonical_workspace, exit, usage};
 use crate::args::{ApprovalArg, ScheduleAdd, ScheduleCommand};
+use crate::exit;
 use crate::terminal;
 
 pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
