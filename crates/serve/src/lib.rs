@@ -19,24 +19,35 @@
 //!   header and a same-origin `Origin`.
 #![forbid(unsafe_code)]
 
-mod answers;
-mod api;
-mod approvals;
-mod auth;
+// Its settings and its start.
 mod boot;
 mod config;
-mod error;
-mod events;
-mod extract;
+
+// The host: the runs it drives, the answers in flight, what a session's ledger says, and
+// which sessions it shows.
+mod approvals;
 mod ledger;
-mod openapi;
-mod schedules;
 mod sessions;
 mod state;
-mod steer;
+
+// Who may call: the bearer token, browser logins.
+mod auth;
 mod token;
-mod web;
+
+// The wire: failures as answers, extractors, request bodies.
+mod error;
+mod extract;
 mod wire;
+
+// The routes: sessions, answers, steering, the event stream, schedules and wakes, the web
+// timeline, the OpenAPI document.
+mod answers;
+mod api;
+mod events;
+mod openapi;
+mod schedules;
+mod steer;
+mod web;
 
 pub use boot::serve;
 pub use config::{ServeConfig, parse_listen};
