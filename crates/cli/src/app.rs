@@ -9,25 +9,15 @@ use keel_contracts::{
     ApprovalMode, EventKind, ExecutionMode, SandboxMode, SessionId, Store, SystemClock,
 };
 use keel_host::approval::TerminalPrompt;
-use keel_host::root::{self, Assembly, RunSettings, SessionFacts};
+use keel_host::error::usage;
+use keel_host::root::{self, Assembly, RunSettings, SessionFacts, canonical_workspace, open_store};
 use keel_kernel::{Cancellation, PermissionHook, SessionConfig};
-
-pub(crate) use keel_host::root::{canonical_workspace, open_store, usage};
 
 use crate::args::{ApprovalArg, Cli, Command, Groups, McpCommand, ModeArg, RunOptions, SandboxArg};
 use crate::config;
+use crate::exit;
 use crate::mcp;
 use crate::output::{self, Printer};
-
-/// Exit statuses (DESIGN.md §9).
-pub(crate) mod exit {
-    pub(crate) const COMPLETED: u8 = 0;
-    pub(crate) const FAILED: u8 = 1;
-    pub(crate) const USAGE: u8 = 2;
-    pub(crate) const SUSPENDED: u8 = 3;
-    pub(crate) const DENIED: u8 = 4;
-    pub(crate) const CANCELLED: u8 = 130;
-}
 
 pub(crate) async fn main(cli: Cli) -> u8 {
     match dispatch(cli).await {
@@ -35,7 +25,7 @@ pub(crate) async fn main(cli: Cli) -> u8 {
         Err(error) => {
             // Error chains may carry outside text (a provider's or server's message).
             eprintln!("keel: {}", crate::terminal::neutralize(&format!("{error:#}")));
-            if root::is_usage(&error) { exit::USAGE } else { exit::FAILED }
+            if keel_host::error::is_usage(&error) { exit::USAGE } else { exit::FAILED }
         }
     }
 }
@@ -123,7 +113,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             max_body_bytes,
         } => {
             let duration = |flag: &str, text: &str| {
-                root::parse_duration(text).ok_or_else(|| {
+                keel_host::duration::parse_duration(text).ok_or_else(|| {
                     usage(format!("{flag}: give a positive time with its unit, such as 90s or 10m"))
                 })
             };
@@ -132,13 +122,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             } else {
                 workspace_roots
             };
-            let mut config = keel_host::serve::ServeConfig::new(listen, roots);
+            let mut config = keel_serve::ServeConfig::new(listen, roots);
             config.allow_remote = allow_remote;
             config.max_runs = max_runs.max(1);
             config.approval_timeout = duration("--approval-timeout", &approval_timeout)?;
             config.ping_interval = duration("--ping-interval", &ping_interval)?;
             config.max_body_bytes = max_body_bytes;
-            keel_host::serve::serve(config).await?;
+            keel_serve::serve(config).await?;
             Ok(exit::COMPLETED)
         }
     }
@@ -147,17 +137,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
 /// `keel acp`: the ACP agent on stdio (the workspace is each session's cwd; it takes no
 /// `-C` and no output flags, stdout being the protocol's).
 async fn acp(permission_timeout: &str, options: &RunOptions) -> anyhow::Result<u8> {
-    let permission_timeout = root::parse_duration(permission_timeout).ok_or_else(|| {
-        usage(format!(
-            "invalid --permission-timeout '{permission_timeout}': give a positive time with \
+    let permission_timeout =
+        keel_host::duration::parse_duration(permission_timeout).ok_or_else(|| {
+            usage(format!(
+                "invalid --permission-timeout '{permission_timeout}': give a positive time with \
              its unit, such as 90s or 5m"
-        ))
-    })?;
-    keel_host::acp::serve(keel_host::acp::AcpOptions {
-        settings: settings(options),
-        permission_timeout,
-    })
-    .await?;
+            ))
+        })?;
+    keel_acp::serve(keel_acp::AcpOptions { settings: settings(options), permission_timeout })
+        .await?;
     Ok(exit::COMPLETED)
 }
 
@@ -303,13 +291,6 @@ async fn run(task: Option<String>, options: RunOptions) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-pub(crate) async fn resolve_session(
-    store: &Arc<dyn Store>,
-    prefix: &str,
-) -> anyhow::Result<SessionId> {
-    store.resolve_session(prefix).await.map_err(|error| usage(error.to_string()))
-}
-
 /// What `keel resume` and `keel compact` read before the kernel loads the session: its
 /// `session_created`, `session_sealed` and last `run_started` (for its budget), in seq
 /// order, through the store's kind index. Never the whole ledger: the kernel reads the
@@ -414,7 +395,7 @@ async fn wake(wake_id: &str, payload: Option<String>, options: RunOptions) -> an
     let started_at = keel_contracts::Clock::now(&SystemClock);
     // Checked before the wake is claimed: a bad flag must not use the wake up.
     if let Some(text) = &options.max_time {
-        root::parse_max_time("--max-time", text)?;
+        keel_host::duration::parse_max_time("--max-time", text)?;
     }
     let (home, store, schedules) = root::open_stores().await?;
     let session_id = keel_kernel::wake_session(wake_id)
@@ -428,7 +409,7 @@ async fn wake(wake_id: &str, payload: Option<String>, options: RunOptions) -> an
             outln!(
                 "already woken ({}) at {}",
                 stored.by,
-                crate::output::to_the_second(&stored.received_at)
+                crate::trace::to_the_second(&stored.received_at)
             );
             return Ok(exit::COMPLETED);
         }

@@ -195,7 +195,7 @@ pub(crate) enum Command {
     Serve {
         /// Address to listen on: IP:PORT or localhost:PORT (port 0 picks a free one; the
         /// address is printed).
-        #[arg(long, default_value = "127.0.0.1:7711", value_parser = keel_host::serve::parse_listen)]
+        #[arg(long, default_value = "127.0.0.1:7711", value_parser = keel_serve::parse_listen)]
         listen: std::net::SocketAddr,
         /// Allow a non-loopback --listen address (anyone who reaches it with the token
         /// drives agents on this machine).

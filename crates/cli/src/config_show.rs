@@ -1,8 +1,11 @@
 //! `keel config`: the merged settings and where each came from.
 
-use crate::app::{canonical_workspace, exit, usage};
+use keel_host::error::usage;
+use keel_host::root::canonical_workspace;
+
 use crate::args::RunOptions;
 use crate::config::{self, ConfigFile, ScopeValue};
+use crate::exit;
 
 /// Prints one `key = value  # origin` line per setting (user file, workspace file
 /// [trusted/untrusted], flag or default), then what the workspace file could not set.

@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use keel_eval::{AttemptRecord, EvalContext, ExperimentSpec};
-use keel_host::root;
+use keel_host::error::usage;
+use keel_host::root::{self, open_store};
 
-use crate::app::{exit, open_store, usage};
 use crate::args::EvalCommand;
+use crate::exit;
 
 pub(crate) async fn command(
     command: Option<EvalCommand>,

@@ -6,12 +6,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use keel_contracts::{Seq, SessionId, SessionStatus, SessionSummary, Store};
+use keel_host::error::usage;
+use keel_host::root::{gone_holder, open_store, open_store_for_reading, shown_state};
 
-use crate::app::{exit, open_store, resolve_session, usage};
+use crate::exit;
 use crate::output;
 use crate::terminal::one_line;
 use crate::view::{LineKind, Verbosity, View, ViewOptions};
-use keel_host::root::{gone_holder, open_store_for_reading, shown_state};
 
 /// A session as the user named it: an id or unique prefix, or `--last`.
 #[derive(Debug, Clone)]
@@ -49,6 +50,11 @@ impl SessionArg {
     }
 }
 
+/// The session a prefix of its id names (a usage error when none or several do).
+async fn resolve_session(store: &Arc<dyn Store>, prefix: &str) -> anyhow::Result<SessionId> {
+    store.resolve_session(prefix).await.map_err(|error| usage(error.to_string()))
+}
+
 /// `keel sessions [--json] [--tree] [-C DIR] [--limit N]`.
 pub(crate) async fn sessions(
     json: bool,
@@ -59,7 +65,7 @@ pub(crate) async fn sessions(
     let (_, store) = open_store_for_reading().await?;
     let mut sessions = store.sessions().await?;
     if let Some(dir) = workspace {
-        let dir = crate::app::canonical_workspace(Some(dir))?;
+        let dir = keel_host::root::canonical_workspace(Some(dir))?;
         sessions.retain(|session| Path::new(&session.workspace).starts_with(&dir));
     }
     if let Some(limit) = limit {

@@ -16,11 +16,13 @@ mod app;
 mod args;
 mod config_show;
 mod eval;
+mod exit;
 mod habits;
 mod mcp;
 mod output;
 mod schedule;
 mod seal;
+mod trace;
 mod trust;
 mod view;
 

@@ -4,11 +4,13 @@
 use std::path::Path;
 
 use keel_contracts::Egress;
+use keel_host::error::usage;
 use keel_host::mcp::start;
+use keel_host::root::canonical_workspace;
 use keel_mcp::ServerState;
 
-use crate::app::{canonical_workspace, exit, usage};
 use crate::config;
+use crate::exit;
 
 /// The most tools one request may carry at the strictest provider keel talks to (OpenAI's
 /// APIs accept 128 function tools).
@@ -191,7 +193,7 @@ fn login_timeout(text: &str) -> anyhow::Result<std::time::Duration> {
     let bare_seconds = text.trim().parse::<u64>().ok().filter(|seconds| *seconds > 0);
     bare_seconds
         .map(std::time::Duration::from_secs)
-        .or_else(|| keel_host::root::parse_duration(text))
+        .or_else(|| keel_host::duration::parse_duration(text))
         .ok_or_else(|| {
             usage(format!(
                 "invalid --timeout '{}': give a positive time such as 90s or 5m",
@@ -317,7 +319,7 @@ mod tests {
         assert_eq!(login_timeout("1500ms").unwrap(), std::time::Duration::from_millis(1500));
         for bad in ["", "0", "0s", "soon", "10x", "-5s", "99999999999999999999999s"] {
             let error = login_timeout(bad).unwrap_err();
-            assert!(keel_host::root::is_usage(&error), "{bad:?}: {error}");
+            assert!(keel_host::error::is_usage(&error), "{bad:?}: {error}");
         }
     }
 }

@@ -6,11 +6,13 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use keel_host::error::usage;
+use keel_host::root::canonical_workspace;
 use keel_host::schedule::{self, Overlap, ScheduleSpec, Target};
 use keel_store::{FireRow, ScheduleRow, Schedules};
 
-use crate::app::{canonical_workspace, exit, usage};
 use crate::args::{ApprovalArg, ScheduleAdd, ScheduleCommand};
+use crate::exit;
 use crate::terminal;
 
 pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
@@ -68,7 +70,7 @@ pub(crate) async fn command(command: ScheduleCommand) -> anyhow::Result<u8> {
                 "allow" => Overlap::Allow,
                 other => return Err(usage(format!("--overlap {other:?}: skip, buffer or allow"))),
             };
-            let catch_up = keel_host::root::parse_duration(&catch_up).ok_or_else(|| {
+            let catch_up = keel_host::duration::parse_duration(&catch_up).ok_or_else(|| {
                 usage("--catch-up: a duration such as 5m, at most 876000h (100 years)")
             })?;
             let spec = ScheduleSpec {

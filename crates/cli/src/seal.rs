@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use keel_contracts::{EventKind, RuntimeEvent, SessionId, Store};
+use keel_host::error::usage;
 use keel_kernel::KernelError;
 
-use crate::app::{exit, usage};
+use crate::exit;
 use crate::output::Printer;
 
 /// The reason recorded when the user gives none.

@@ -3,12 +3,14 @@
 
 use std::path::Path;
 
+use keel_host::error::usage;
+use keel_host::root::canonical_workspace;
 use keel_host::safe_read::{self, Outcome};
 pub(crate) use keel_host::trust::trust_command;
 use keel_host::trust::{record, sha256_hex};
 
-use crate::app::{canonical_workspace, exit, usage};
 use crate::config;
+use crate::exit;
 
 /// `keel trust [DIR]`: trusts DIR's `.keel/config.toml` as it is now.
 pub(crate) fn command(dir: Option<&Path>) -> anyhow::Result<u8> {

@@ -108,7 +108,7 @@ impl View {
             Verbosity::Normal => {}
             Verbosity::Verbose => {
                 out.clear();
-                if let Some(line) = crate::output::human_line(event, answer.is_some())
+                if let Some(line) = crate::trace::human_line(event, answer.is_some())
                     .map(|l| neutralize(&l).into_owned())
                 {
                     out.push(progress(line));
@@ -349,7 +349,7 @@ impl View {
             EventKind::ScheduleFired { schedule_id, scheduled_at } => {
                 out.push(progress(format!(
                     "  schedule {schedule_id} fired for {}",
-                    crate::output::to_the_second(scheduled_at)
+                    crate::trace::to_the_second(scheduled_at)
                 )));
             }
             EventKind::WaitStarted { wake_id, event, deadline, .. } => {
@@ -357,7 +357,7 @@ impl View {
                     "  {} waiting for {} until {} — keel wake {wake_id} [PAYLOAD]",
                     paint.yellow("…"),
                     one_line(event, 160),
-                    crate::output::to_the_second(deadline)
+                    crate::trace::to_the_second(deadline)
                 )));
             }
             EventKind::BoundaryRevised { boundary, justification, .. } => {

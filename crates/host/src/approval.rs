@@ -1,7 +1,7 @@
 //! How consent is answered for a run (`--approval ask|auto|sandboxed|deny`): the policy
 //! ([`Approver`]), shared by `keel run` and `keel serve`, and the person it asks: the
 //! prompt at the terminal ([`TerminalPrompt`]) for the CLI, the ledger and HTTP for the
-//! host (`crate::serve`).
+//! host (keel-serve's `RemotePerson`).
 //!
 //! Two rules hold in every mode (DESIGN.md §5):
 //! - **A wider boundary needs a person.** `request_boundary` is never approved by a blanket

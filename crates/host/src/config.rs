@@ -496,12 +496,12 @@ fn narrow(loaded: &mut Loaded, local: &ConfigFile, label: &str, shown: &str) -> 
     );
 
     if let Some(text) = &local.max_time {
-        let Some(wanted) = crate::root::parse_duration(text) else {
+        let Some(wanted) = crate::duration::parse_duration(text) else {
             bail!(
                 "invalid config {shown}: max_time '{text}' is not a duration such as 90s or 10m (at most 876000h)"
             );
         };
-        let current = loaded.config.max_time.as_deref().map(crate::root::parse_duration);
+        let current = loaded.config.max_time.as_deref().map(crate::duration::parse_duration);
         match current {
             // The user's own value is invalid: keep it so its error is reported.
             Some(None) => {}

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use async_trait::async_trait;
 use keel_kernel::{Failpoint, Failpoints, Kernel};
 
-use crate::root::usage;
+use crate::error::usage;
 
 /// The environment variable that names the failpoint.
 const VARIABLE: &str = "KEEL_FAILPOINT";

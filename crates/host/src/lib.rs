@@ -1,11 +1,17 @@
-//! keel-host: the one composition root (DESIGN.md §8) and the host.
+//! keel-host: the one composition root (DESIGN.md §8) and what every surface shares.
 //!
 //! [`root`] turns config into a kernel: the store ([`root::open_store`]), the merged
 //! settings ([`root::prepare`], with workspace trust: an untrusted `.keel/config.toml` only
 //! narrows), the provider, built-in and MCP tools, the sandbox, the outbox, the lease
 //! holder and its liveness ([`root::assemble`]) and startup repair ([`root::repair`]).
-//! `keel run`, `keel resume`, `keel compact` and `keel serve` all build their kernel there;
-//! a surface parses its input, calls the root and renders, nothing more.
+//! `keel run`, `keel resume`, `keel compact`, `keel serve` (keel-serve) and `keel acp`
+//! (keel-acp) all build their kernel there; a surface parses its input, calls the root and
+//! renders, nothing more.
+//!
+//! Beside the root, what the surfaces share: the config and workspace [`trust`], consent
+//! ([`approval`]), the schedules' core ([`schedule`]), [`skills`], [`instructions`], usage
+//! errors ([`error`]) and durations ([`duration`]), and neutralising outside text for a
+//! terminal ([`terminal`]). The surfaces sit above this crate; nothing here names them.
 //!
 //! Invariants:
 //! - No surface keeps its own copy of the wiring.
@@ -13,10 +19,11 @@
 //!   the person it asks (the terminal, or remote approvals recorded in the ledger).
 #![forbid(unsafe_code)]
 
-pub mod acp;
 pub mod approval;
 pub mod config;
+pub mod duration;
 pub mod elicit;
+pub mod error;
 pub mod failpoints;
 pub mod instructions;
 pub mod mcp;
@@ -27,7 +34,6 @@ pub mod provider;
 pub mod root;
 pub mod safe_read;
 pub mod schedule;
-pub mod serve;
 pub mod skills;
 pub mod terminal;
 pub mod tokens;

@@ -55,7 +55,7 @@ pub async fn start(
 ) -> anyhow::Result<Started> {
     let mut specs = Vec::new();
     for (name, server) in &config.mcp_servers {
-        specs.push(server.validate(name).map_err(crate::root::config_error)?);
+        specs.push(server.validate(name).map_err(crate::error::config_error)?);
     }
     let bearer_tokens = BearerTokens::from_env(&specs);
     let options = StartOptions {

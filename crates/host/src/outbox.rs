@@ -36,7 +36,7 @@ pub fn start(config: &ConfigFile, home: &Path, store: Arc<dyn Store>) -> anyhow:
     mirror_config.otlp_env = OtlpEnv::from_process();
     let mirror =
         Mirror::from_config(store, &config.outbox, mirror_config).map_err(|error| match error {
-            keel_outbox::OpenError::Config(config) => crate::root::config_error(config),
+            keel_outbox::OpenError::Config(config) => crate::error::config_error(config),
             other => anyhow::Error::new(other),
         });
     let mirror = mirror.context("cannot start the outbox")?;

@@ -10,10 +10,7 @@ use keel_providers::{
     AnthropicConfig, AnthropicMessages, OpenAiChat, OpenAiConfig, OpenAiResponses, ScriptedModel,
 };
 
-/// A usage or configuration problem (exit status 2).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
+use crate::error::UsageError;
 
 /// The providers a model spec may name, before its `:`.
 const PROVIDERS: [&str; 4] = ["openai", "openai-responses", "anthropic", "scripted"];

@@ -30,7 +30,7 @@ use keel_contracts::{ApprovalMode, Clock, SessionId};
 use keel_store::{FireRow, FireState, ScheduleRow, Schedules};
 use serde::{Deserialize, Serialize};
 
-use crate::root::usage;
+use crate::error::usage;
 
 /// How long an unsettled fire of a holder whose liveness is unknown (another machine) may
 /// stay claimed before it is recorded failed.
@@ -174,7 +174,7 @@ pub fn parse_when(
              schedule's creation and has no time zone; drop {tz_field}"
         ))),
         (Some(text), None) => {
-            let every = crate::root::parse_duration(text)
+            let every = crate::duration::parse_duration(text)
                 .filter(|every| *every >= Duration::from_secs(1))
                 .ok_or_else(|| {
                     usage(format!(
@@ -643,7 +643,7 @@ pub fn new_row(spec: &ScheduleSpec, now: DateTime<Utc>) -> anyhow::Result<Schedu
     if spec.task.trim().is_empty() {
         return Err(usage("the task is empty"));
     }
-    if u128::from(spec.catch_up_ms) > crate::root::MAX_DURATION.as_millis() {
+    if u128::from(spec.catch_up_ms) > crate::duration::MAX_DURATION.as_millis() {
         return Err(usage("the catch-up window is at most 876000h (100 years)"));
     }
     Compiled::of(&spec.when)?;

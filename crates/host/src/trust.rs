@@ -1,7 +1,7 @@
 //! Workspace trust: the records `keel trust [DIR]` keeps, and what they say.
 //!
 //! A workspace's `.keel/config.toml` comes with the repository. Until the user trusts it,
-//! keel applies only the keys that narrow (see [`crate::config`]). `keel trust` records the
+//! keel applies only the keys that narrow (see the `config` module). `keel trust` records the
 //! workspace's canonical path and the SHA-256 of the file's bytes in
 //! `KEEL_HOME/trusted-workspaces.toml`; an edited file has another hash and is untrusted
 //! again (like direnv's `allow`).
@@ -20,7 +20,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
-use crate::root::usage;
+use crate::error::usage;
 use crate::safe_read::{self, Outcome};
 
 /// File name of the records, under KEEL_HOME.

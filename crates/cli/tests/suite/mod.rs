@@ -1,4 +1,5 @@
 mod acp_e2e;
+mod architecture;
 mod budgets_e2e;
 mod budgets_wire_e2e;
 mod cli_surface;

@@ -360,9 +360,9 @@ fn a_catch_up_window_of_any_stored_size_plans_without_overflow() {
 
 #[test]
 fn durations_beyond_a_hundred_years_are_refused_at_parse() {
-    assert_eq!(crate::root::parse_duration("876000h"), Some(crate::root::MAX_DURATION));
+    assert_eq!(crate::duration::parse_duration("876000h"), Some(crate::duration::MAX_DURATION));
     for text in ["876001h", "10000000000000s", "9223372036854775807s", "1e300s"] {
-        assert_eq!(crate::root::parse_duration(text), None, "{text}");
+        assert_eq!(crate::duration::parse_duration(text), None, "{text}");
     }
     let message = format!("{:#}", parse_every("10000000000000s").unwrap_err());
     assert!(message.starts_with("--every \"10000000000000s\""), "{message}");

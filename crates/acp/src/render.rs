@@ -178,7 +178,7 @@ pub fn title(tool: &str, arguments: &serde_json::Value) -> String {
     };
     match subject {
         Some(subject) => {
-            let line = crate::terminal::one_line(subject, 120);
+            let line = keel_host::terminal::one_line(subject, 120);
             format!("{tool} {line}")
         }
         None => tool.to_owned(),

@@ -15,15 +15,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, post};
 use chrono::{DateTime, Utc};
 use keel_contracts::{ApprovalMode, EventKind, RuntimeEvent, Seq, SessionId, SessionStatus, Store};
+use keel_host::root::{self, RunSettings};
+use keel_host::schedule::{self, FireOutcome, Firer, ScheduleSpec, Target};
 use keel_store::{ScheduleRow, Schedules, WakeRow};
-use serde::Deserialize;
 use serde_json::json;
 
-use super::api::{ApiError, AppState, Body, Params};
-use super::ledger;
-use super::state::{Host, Job};
-use crate::root::{self, RunSettings};
-use crate::schedule::{self, FireOutcome, Firer, ScheduleSpec, Target};
+use crate::auth::AppState;
+use crate::error::ApiError;
+use crate::extract::{Body, Params};
+use crate::ledger;
+use crate::sessions::new_session;
+use crate::state::{Host, Job};
+use crate::wire::{ScheduleBody, WakeBody};
 
 /// How often the scheduler ticks and waiting runs are checked.
 pub(crate) const TICK: Duration = Duration::from_millis(250);
@@ -166,7 +169,7 @@ async fn create_session(
     let workspace = root::canonical_workspace(Some(&canonical)).map_err(ApiError::from_root)?;
     let settings =
         RunSettings { model: Some(model.to_owned()), approval: Some(approval), ..settings.clone() };
-    super::api::new_session(host, &workspace, &settings, approval).await
+    new_session(host, &workspace, &settings, approval).await
 }
 
 /// Appends `schedule_fired` to the session (no turn, no run), retrying when another
@@ -253,7 +256,7 @@ async fn sweep_wakes(host: &Arc<Host>) {
 /// answers 409, which is fine: the wake is applied once, by whoever holds the lease).
 async fn apply(host: &Arc<Host>, stored: &WakeRow) {
     // Crash tests stop here: the wake is durable, its run not resumed yet.
-    crate::failpoints::host_point("wake_claimed").await;
+    keel_host::failpoints::host_point("wake_claimed").await;
     let job = Job::Wake(stored.wake_id.clone(), schedule::answer_of(stored));
     match host.start(stored.session_id, job, RunSettings::default()).await {
         Ok(_) => eprintln!("keel serve: woke session {} ({})", stored.session_id, stored.by),
@@ -262,23 +265,6 @@ async fn apply(host: &Arc<Host>, stored: &WakeRow) {
             eprintln!("keel serve: cannot wake session {}: {}", stored.session_id, error.message)
         }
     }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ScheduleBody {
-    every: Option<String>,
-    cron: Option<String>,
-    tz: Option<String>,
-    session_id: Option<String>,
-    workspace: Option<String>,
-    model: Option<String>,
-    task: String,
-    approval: Option<ApprovalMode>,
-    max_steps: Option<u32>,
-    max_cost_usd: Option<f64>,
-    overlap: Option<schedule::Overlap>,
-    catch_up: Option<String>,
 }
 
 /// The spec a request asks for, checked against what this host admits.
@@ -331,7 +317,7 @@ async fn spec_of(host: &Host, body: ScheduleBody) -> Result<ScheduleSpec, ApiErr
                 .ok_or_else(|| ApiError::bad_request("a workspace template needs a model"))?;
             // The spec's shape and provider now, not at the first fire (no file is read
             // and no key looked for here).
-            crate::provider::check_model_spec(&model)
+            keel_host::provider::check_model_spec(&model)
                 .map_err(|error| ApiError::bad_request(format!("model: {error}")))?;
             Target::Template {
                 workspace: canonical.display().to_string(),
@@ -344,7 +330,7 @@ async fn spec_of(host: &Host, body: ScheduleBody) -> Result<ScheduleSpec, ApiErr
         _ => return Err(ApiError::bad_request("give exactly one of session_id and workspace")),
     };
     let catch_up = match &body.catch_up {
-        Some(text) => root::parse_duration(text).ok_or_else(|| {
+        Some(text) => keel_host::duration::parse_duration(text).ok_or_else(|| {
             ApiError::bad_request(
                 "\"catch_up\": a duration such as 5m, at most 876000h (100 years)",
             )
@@ -419,13 +405,6 @@ async fn delete_schedule(
     }
     store.remove_schedule(id).await.map_err(ApiError::internal)?;
     Ok(axum::Json(json!({"schedule_id": id, "removed": true})).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WakeBody {
-    #[serde(default)]
-    payload: serde_json::Value,
 }
 
 fn wake_json(stored: &WakeRow) -> serde_json::Value {

@@ -7,18 +7,16 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use keel_host::root::{self, RunSettings};
 use serde_json::json;
 
-use super::api::{ApiError, AppState, Body, Params, session_id, visible_row};
-use super::state::Job;
-use crate::root::{self, RunSettings};
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct InputBody {
-    input: String,
-}
+use crate::approvals::BY_REMOTE;
+use crate::auth::AppState;
+use crate::error::ApiError;
+use crate::extract::{Body, Params, session_id};
+use crate::sessions::visible_row;
+use crate::state::Job;
+use crate::wire::InputBody;
 
 /// 200 `{"joined": true, "seq"}` once the input is in the ledger; 409 `no_active_run`
 /// when this host drives no run of the session (start a turn instead), 409 `run_ending`
@@ -80,13 +78,11 @@ pub(crate) async fn post_approve_plan(
     let kernel = root::inert_kernel(state.host.store.clone(), state.host.observer())
         .map_err(ApiError::from_root)?;
     let approved =
-        kernel.approve_plan(session_id, super::approvals::BY_REMOTE).await.map_err(|error| {
-            match error {
-                keel_kernel::KernelError::NotPlanning(_) => {
-                    ApiError::conflict("not_planning", error.to_string())
-                }
-                other => ApiError::from_kernel(other),
+        kernel.approve_plan(session_id, BY_REMOTE).await.map_err(|error| match error {
+            keel_kernel::KernelError::NotPlanning(_) => {
+                ApiError::conflict("not_planning", error.to_string())
             }
+            other => ApiError::from_kernel(other),
         })?;
     let task = Job::Turn(keel_kernel::APPROVED_PLAN_TASK.to_owned());
     let started = state.host.start(session_id, task, RunSettings::default()).await?;

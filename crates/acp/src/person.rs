@@ -1,4 +1,4 @@
-//! The person an ACP session's [`crate::approval::Approver`] asks: the client, through
+//! The person an ACP session's [`keel_host::approval::Approver`] asks: the client, through
 //! `session/request_permission`.
 //!
 //! - `allow_once` allows the call; `allow_always` is a grant for this session
@@ -110,7 +110,7 @@ impl PermissionHook for ClientPerson {
             "toolCallId": question.call_id.as_str(),
             "message": format!(
                 "MCP server '{}' asks (its words, not keel's): {}",
-                crate::terminal::one_line(&question.request.server, 60),
+                keel_host::terminal::one_line(&question.request.server, 60),
                 question.request.message
             ),
             "requestedSchema": question.request.schema,
@@ -118,7 +118,7 @@ impl PermissionHook for ClientPerson {
         let request: CreateElicitationRequest = match serde_json::from_value(request) {
             Ok(request) => request,
             Err(error) => {
-                let text = crate::terminal::one_line(&error.to_string(), 200);
+                let text = keel_host::terminal::one_line(&error.to_string(), 200);
                 return ElicitationAnswer::decline(
                     "keel",
                     format!("the form cannot be put in an ACP request: {text}"),
@@ -137,7 +137,7 @@ impl PermissionHook for ClientPerson {
                 );
             }
             Ok(Err(error)) => {
-                let text = crate::terminal::one_line(&error.to_string(), 200);
+                let text = keel_host::terminal::one_line(&error.to_string(), 200);
                 return ElicitationAnswer::cancel(
                     BY_CLIENT,
                     format!("client: the request failed: {text}"),
@@ -167,8 +167,8 @@ impl PermissionHook for ClientPerson {
         let call = ToolCallUpdate::new(
             request.call_id.as_str().to_owned(),
             ToolCallUpdateFields::new()
-                .title(super::render::title(request.tool, request.arguments))
-                .kind(super::render::kind_of(request.tool))
+                .title(crate::render::title(request.tool, request.arguments))
+                .kind(crate::render::kind_of(request.tool))
                 .raw_input(request.arguments.clone()),
         );
         let options = OPTIONS
@@ -189,7 +189,7 @@ impl PermissionHook for ClientPerson {
                 );
             }
             Ok(Err(error)) => {
-                let text = crate::terminal::one_line(&error.to_string(), 200);
+                let text = keel_host::terminal::one_line(&error.to_string(), 200);
                 return (PermissionAnswer::Deny, format!("client: the request failed: {text}"));
             }
             Ok(Ok(response)) => response.outcome,
@@ -209,7 +209,7 @@ impl PermissionHook for ClientPerson {
                     PermissionAnswer::Deny,
                     format!(
                         "client: unknown option '{}', taken as reject",
-                        crate::terminal::one_line(other, 60)
+                        keel_host::terminal::one_line(other, 60)
                     ),
                 ),
             },

@@ -188,7 +188,7 @@ impl PermissionHook for RemotePerson {
                 "keel",
                 format!(
                     "approval_timeout: no answer within {}",
-                    crate::serve::human_duration(self.timeout)
+                    keel_host::duration::human_duration(self.timeout)
                 ),
             ),
         }
@@ -205,7 +205,7 @@ impl PermissionHook for RemotePerson {
         // The wait counts from the call's first request, so restarts do not extend it.
         let now = SystemClock.now();
         let first = match self.store.read(request.session_id, Seq(0)).await {
-            Ok(events) => super::ledger::first_requested_at(&events, call_id).unwrap_or(now),
+            Ok(events) => crate::ledger::first_requested_at(&events, call_id).unwrap_or(now),
             Err(_) => now,
         };
         let waited = (now - first).to_std().unwrap_or_default();
@@ -219,7 +219,7 @@ impl PermissionHook for RemotePerson {
                 PermissionAnswer::Deny,
                 format!(
                     "approval_timeout: no answer within {}",
-                    crate::serve::human_duration(self.timeout)
+                    keel_host::duration::human_duration(self.timeout)
                 ),
             ),
         }

@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use keel_contracts::{
     ApprovalMode, EventKind, RunId, RuntimeEvent, Seq, SessionId, Store, StreamDelta, TurnId,
 };
+use keel_host::root::{self, RunSettings, SessionFacts};
 use keel_kernel::{Cancellation, KernelError, Observer, PermissionHook, Steering};
 use tokio::sync::{oneshot, watch};
 
-use super::ServeConfig;
-use super::api::ApiError;
-use super::approvals::{Approvals, RemotePerson};
-use super::ledger;
-use crate::root::{self, RunSettings, SessionFacts};
+use crate::approvals::{Approvals, RemotePerson};
+use crate::config::ServeConfig;
+use crate::error::ApiError;
+use crate::ledger;
 
 /// Per-session wake-ups: the seq last recorded by a run of this host. Subscribers re-read
 /// the ledger when woken (and on a timer, for writes by other processes), so the channel

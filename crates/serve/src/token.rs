@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use crate::root::usage;
+use keel_host::error::usage;
 
 /// The token and where it came from (what `keel serve` prints: never the token).
 pub(crate) struct Token {

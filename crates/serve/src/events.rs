@@ -19,8 +19,8 @@ use futures::Stream;
 use keel_contracts::{RuntimeEvent, Seq, SessionId};
 use tokio::sync::mpsc;
 
-use super::ledger;
-use super::state::Host;
+use crate::ledger;
+use crate::state::Host;
 
 /// One message of the stream, before it is spelled as SSE.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,7 +161,7 @@ async fn produce(
         *reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(format!(
             "slow client: no event taken for {}, so the host dropped the stream; reconnect \
              with Last-Event-ID to continue",
-            super::human_duration(stall)
+            keel_host::duration::human_duration(stall)
         ));
     }
 }
@@ -183,7 +183,7 @@ mod tests {
     use keel_contracts::{EventKind, Store};
 
     use super::*;
-    use crate::serve::ServeConfig;
+    use crate::config::ServeConfig;
 
     fn turn(session_id: SessionId, seq: u64) -> RuntimeEvent {
         RuntimeEvent {
