@@ -1,7 +1,7 @@
 //! Compaction: folding a prefix of the projection into a summary written by the model
 //! (DESIGN.md §7), and the fallback when that fails.
 //!
-//! The summary request has tools off and its own purpose ([`RequestPurpose::Compaction`]).
+//! The summary request has tools off and its own purpose ([`RequestPurpose::Compaction`](keel_contracts::RequestPurpose::Compaction)).
 //! A prefix too large for one request is summarised in pieces, each piece seeing the
 //! summary so far. A failed or malformed summary (error, empty, tool calls, truncated) is
 //! retried a bounded number of times, then recorded as `compaction_failed`: not compacted.

@@ -1,6 +1,6 @@
 // An ACP client built on the official TypeScript SDK (@agentclientprotocol/sdk, pinned in
 // package-lock.json), driving `keel acp` the way an editor does. Run from
-// crates/cli/tests/suite/acp_e2e.rs; prints one JSON object (what it saw) on stdout.
+// crates/cli/tests/suite/acp_e2e/harness.rs; prints one JSON object (what it saw) on stdout.
 //
 //   node client.mjs SCENARIO
 //

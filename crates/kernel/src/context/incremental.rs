@@ -5,13 +5,13 @@
 //! (a [`Projector`] fold fed only the new events), each entry's token estimate (computed
 //! once), the stub that replaces it when pruned (made once), and the messages of the last
 //! request with their digests ([`MessageDigests`]). Every step it redoes only the pruning *decisions*, over
-//! the cached integer sizes with the same algorithm as [`context::prune`], and changes the
+//! the cached integer sizes with the same algorithm as [`context::prune`](super::prune), and changes the
 //! kept messages where a decision changed.
 //!
 //! Invariant (checked by the kernel's equivalence property test): for the same events and
-//! window, [`IncrementalContext::fit`] reports what [`context::fit`] of
-//! [`context::retained_entries`] reports, [`IncrementalContext::take_request`] gives what
-//! [`context::place_carried_note`] gives for its messages, and
+//! window, [`IncrementalContext::fit`] reports what [`context::fit`](super::fit) of
+//! [`context::retained_entries`](super::retained_entries) reports, [`IncrementalContext::take_request`] gives what
+//! [`context::place_carried_note`](super::place_carried_note) gives for its messages, and
 //! [`IncrementalContext::digest`] equals [`crate::digest::request_digest`].
 //!
 //! It rebuilds from the events (once, O(window)) when the retained part changes: a new

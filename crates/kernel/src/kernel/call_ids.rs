@@ -19,7 +19,7 @@ use crate::Result;
 ///
 /// # Errors
 ///
-/// [`KernelError`] when the store cannot be read.
+/// [`KernelError`](crate::KernelError) when the store cannot be read.
 pub(super) async fn unique_call_ids(
     store: &dyn keel_contracts::Store,
     ledger: &Ledger,

@@ -1,7 +1,7 @@
 //! The settlement path's guards at their edges (issue #22): each test here holds a check
-//! of `crates/kernel/src/settlement.rs` that a mutation run found no other transcript
-//! holding — a negotiation per step, a grant's expiry to the instant and its tool, and a
-//! cancelled run's tool really stopping.
+//! of the kernel's settlement (`crates/kernel/src/settlement.rs` and `settlement/`) that a
+//! mutation run found no other transcript holding — a negotiation per step, a grant's
+//! expiry to the instant and its tool, and a cancelled run's tool really stopping.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

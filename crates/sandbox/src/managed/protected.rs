@@ -17,7 +17,7 @@
 //! read-only; it is created empty when missing so that it cannot be planted. A missing
 //! `hooks/` directory is created empty for the same reason. A `commondir` file planted in a
 //! git directory that had none (it would redirect git to a planted config) cannot be
-//! prevented by a mount; the run removes it afterwards ([`ProtectedPaths::missing_commondir`]).
+//! prevented by a mount; the run removes it afterwards ([`ProtectedPaths::absent`]).
 //!
 //! Every directory between the root and a protected path is pinned too: a mount point
 //! cannot be renamed, so `mv vendor elsewhere` cannot move a protected repository away and
